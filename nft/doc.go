@@ -1,0 +1,27 @@
+// Package nft is nftpolicy's small typed model of an nftables table, its
+// renderer to `nft -f` text and its netlink applier and reader.
+//
+// # Model
+//
+// A Table holds Sets (named sets and verdict maps) and Chains of Rules. A
+// Rule is a list of Exprs; each concrete Expr type documents the one line of
+// nft text it stands for, so the compiler reads like the ruleset it builds.
+// Only what nftpolicy needs is modelled: address, address-range and
+// address . protocol . port sets, verdict maps keyed by address, protocol and
+// port matches, masked mark tests and writes, and verdicts.
+//
+// # Rendering
+//
+// Render prints a Table as deterministic `nft -f` text. It is what
+// `nftpolicy dump` shows and what golden tests compare.
+//
+// # Applying
+//
+// Conn.Apply writes a whole table in one netlink batch, encoded exactly as
+// nft encodes the same text (checked by the kernel tests, which list both
+// with `nft list table` and diff them). The kernel commits a batch as one
+// transaction, so packets see the old table or the new one, never a mix,
+// and a refused batch leaves the old table in place.
+//
+// The netlink side is Linux only; elsewhere Open returns ErrUnsupported.
+package nft

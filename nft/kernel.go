@@ -1,0 +1,25 @@
+package nft
+
+import "errors"
+
+// A BaseChain is a base chain found in the kernel, of any table and family.
+type BaseChain struct {
+	Family   Family
+	Table    string
+	Name     string
+	Type     string
+	Hook     string
+	Priority int32
+}
+
+// ErrNoTable reports that the table asked for does not exist.
+var ErrNoTable = errors.New("table does not exist")
+
+// A TableState is what the reader finds of one of our tables in the kernel:
+// its chains with the comments of their rules, and its sets with their
+// elements. Rule expressions are not decoded; `nft list` is the tool for
+// reading them.
+type TableState struct {
+	Chains map[string][]string // chain name → rule comments, in order
+	Sets   map[string]int      // set name → number of elements (interval sets count start and end elements)
+}

@@ -1,0 +1,249 @@
+package nft
+
+import (
+	"net/netip"
+	"strconv"
+)
+
+// A Table is the whole desired state of one nftables table: its chains, in
+// the order they are listed, and its named sets and verdict maps. The
+// compiler builds a Table; the renderer prints it and the applier programs
+// it. A Table is a value: nothing in this package mutates one it was given.
+type Table struct {
+	Family Family
+	Name   string
+	Sets   []*Set
+	Chains []*Chain
+}
+
+// A Family is an nftables address family. nftpolicy only writes inet tables,
+// but the reader reports other tables' base chains with their family.
+type Family string
+
+// Families nftpolicy reads or writes.
+const (
+	FamilyInet Family = "inet"
+	FamilyIPv4 Family = "ip"
+	FamilyIPv6 Family = "ip6"
+)
+
+// A Chain is a named list of rules. A base chain (Hook != nil) is attached to
+// a netfilter hook; a regular chain is reached by jump or goto.
+type Chain struct {
+	Name  string
+	Hook  *Hook
+	Rules []Rule
+}
+
+// A Hook attaches a base chain: `type filter hook forward priority -1; policy accept;`.
+type Hook struct {
+	Type     string // "filter"
+	Hook     string // "forward"
+	Priority int32
+	Policy   VerdictKind // Accept or Drop
+}
+
+// A Rule is an ordered list of expressions: matches first, then statements,
+// then at most one verdict. Comment is stored as rule userdata, as nft does.
+type Rule struct {
+	Exprs   []Expr
+	Comment string
+}
+
+// An Expr is one piece of a rule. The concrete types below are the only
+// ones; each documents the nft text it renders to.
+type Expr interface{ isExpr() }
+
+// An AddrField selects the source or the destination address of a packet.
+type AddrField string
+
+// Address fields.
+const (
+	Saddr AddrField = "saddr"
+	Daddr AddrField = "daddr"
+)
+
+// An IPFamily is the network protocol a match applies to inside an inet table.
+type IPFamily uint8
+
+// IP families: the values are the NFPROTO numbers (meta nfproto).
+const (
+	IPv4 IPFamily = 2
+	IPv6 IPFamily = 10
+)
+
+// Keyword is the nft payload keyword for the family: "ip" or "ip6".
+func (f IPFamily) Keyword() string {
+	if f == IPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// FamilyOf reports the IPFamily of an address.
+func FamilyOf(a netip.Addr) IPFamily {
+	if a.Is4() || a.Is4In6() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// CtStateEstablishedRelated matches replies and related traffic:
+// `ct state established,related`.
+type CtStateEstablishedRelated struct{}
+
+// AddrEq matches one address: `ip saddr 10.0.0.1`.
+type AddrEq struct {
+	Field AddrField
+	Addr  netip.Addr
+}
+
+// AddrInSet matches an address against a named set: `ip saddr @set`.
+type AddrInSet struct {
+	Family IPFamily
+	Field  AddrField
+	Set    string
+}
+
+// AddrVmap looks an address up in a verdict map and applies the verdict it
+// finds: `ip daddr vmap @map`. A miss falls through to the next rule.
+type AddrVmap struct {
+	Family IPFamily
+	Field  AddrField
+	Map    string
+}
+
+// L4ProtoEq matches the transport protocol: `meta l4proto tcp`.
+type L4ProtoEq struct{ Proto Proto }
+
+// DportRange matches the transport destination port, a single port when
+// First == Last: `th dport 80` or `th dport 80-90`. It must follow an
+// L4ProtoEq for a protocol that has ports.
+type DportRange struct{ First, Last uint16 }
+
+// AddrProtoPortInSet matches address, protocol and destination port together
+// against a concatenated set: `ip daddr . meta l4proto . th dport @set`.
+type AddrProtoPortInSet struct {
+	Family IPFamily
+	Field  AddrField
+	Set    string
+}
+
+// MarkBitsSet matches when all of Bits are set in the packet mark:
+// `meta mark & 0x00000040 == 0x00000040`.
+type MarkBitsSet struct{ Bits uint32 }
+
+// SetMark rewrites only the bits in Clear|Set of the packet mark, leaving
+// every other component's bits as they were:
+// `meta mark set meta mark & ~Clear | Set`.
+type SetMark struct{ Clear, Set uint32 }
+
+// Verdict ends evaluation of the rule: `accept`, `drop`, `return`,
+// `jump chain` or `goto chain`.
+type Verdict struct {
+	Kind  VerdictKind
+	Chain string // for Jump and Goto
+}
+
+// A VerdictKind is one of the nftables verdicts nftpolicy uses.
+type VerdictKind string
+
+// Verdicts.
+const (
+	Accept VerdictKind = "accept"
+	Drop   VerdictKind = "drop"
+	Return VerdictKind = "return"
+	Jump   VerdictKind = "jump"
+	Goto   VerdictKind = "goto"
+)
+
+func (CtStateEstablishedRelated) isExpr() {}
+func (AddrEq) isExpr()                    {}
+func (AddrInSet) isExpr()                 {}
+func (AddrVmap) isExpr()                  {}
+func (L4ProtoEq) isExpr()                 {}
+func (DportRange) isExpr()                {}
+func (AddrProtoPortInSet) isExpr()        {}
+func (MarkBitsSet) isExpr()               {}
+func (SetMark) isExpr()                   {}
+func (Verdict) isExpr()                   {}
+
+// A Proto is an IP protocol number as matched by `meta l4proto`.
+type Proto uint8
+
+// Transport protocols NetworkPolicy can name, plus ICMP for tests.
+const (
+	ProtoICMP   Proto = 1
+	ProtoTCP    Proto = 6
+	ProtoUDP    Proto = 17
+	ProtoICMPv6 Proto = 58
+	ProtoSCTP   Proto = 132
+)
+
+// String is the nft keyword for the protocol.
+func (p Proto) String() string {
+	switch p {
+	case ProtoICMP:
+		return "icmp"
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	case ProtoICMPv6:
+		return "ipv6-icmp"
+	case ProtoSCTP:
+		return "sctp"
+	}
+	return strconv.Itoa(int(p))
+}
+
+// A Set is a named set or verdict map. Its key type decides which Element
+// fields are meaningful.
+type Set struct {
+	Name    string
+	Comment string
+	Key     KeyType
+	// Interval sets hold address ranges (ipBlock minus except); their
+	// elements must not overlap, which the compiler guarantees by building
+	// them with netipx.IPSet.
+	Interval bool
+	// Verdict makes this a verdict map from the key to Element.Verdict.
+	Verdict  bool
+	Elements []Element
+}
+
+// A KeyType is the type of a set's key.
+type KeyType int
+
+// Key types.
+const (
+	KeyIPv4 KeyType = iota + 1
+	KeyIPv6
+	KeyIPv4ProtoPort // ipv4_addr . inet_proto . inet_service
+	KeyIPv6ProtoPort // ipv6_addr . inet_proto . inet_service
+)
+
+// Family is the IP family of the key's address.
+func (k KeyType) Family() IPFamily {
+	if k == KeyIPv6 || k == KeyIPv6ProtoPort {
+		return IPv6
+	}
+	return IPv4
+}
+
+// Concat reports whether the key is address . protocol . port.
+func (k KeyType) Concat() bool { return k == KeyIPv4ProtoPort || k == KeyIPv6ProtoPort }
+
+// An Element is one member of a Set.
+//
+//   - address sets: Addr, and for interval sets Last (inclusive; zero or
+//     equal to Addr for a single address);
+//   - concatenated sets: Addr, Proto and Port;
+//   - verdict maps: Addr and Verdict.
+type Element struct {
+	Addr    netip.Addr
+	Last    netip.Addr
+	Proto   Proto
+	Port    uint16
+	Verdict Verdict
+}

@@ -1,0 +1,542 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// elementsPerMessage bounds how many set elements go into one netlink
+// message. The element list is a nested attribute whose length field is 16
+// bits, so one message must stay well under 64 KiB: a v6 concatenated
+// element with its attributes is about 60 bytes.
+const elementsPerMessage = 512
+
+// A Conn is a handle on nf_tables in one network namespace.
+//
+// Every operation builds its own google/nftables connection: messages queue
+// inside that object until Flush, so a batch abandoned halfway (an encoding
+// error) is dropped with it and can never leak into the next batch.
+type Conn struct {
+	nsFd int // -1 when operating in the caller's own namespace
+}
+
+// newBatch returns a fresh google/nftables connection with an empty message
+// queue, in this Conn's namespace.
+func (c *Conn) newBatch() (*nftables.Conn, error) {
+	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers)}
+	if c.nsFd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(c.nsFd))
+	}
+	return nftables.New(opts...)
+}
+
+// Socket buffer sizes for a batch. A batch goes to the kernel in a single
+// sendmsg, which netlink refuses (EMSGSIZE) when it exceeds the socket's send
+// buffer, and the kernel queues one ack per message, which overflows a small
+// receive buffer (ENOBUFS). nft itself raises both with the *FORCE options,
+// which need CAP_NET_ADMIN, as writing nf_tables does anyway. These are
+// limits, not allocations: the kernel only uses what a batch needs.
+const (
+	sendBufferBytes    = 512 << 20
+	receiveBufferBytes = 64 << 20
+)
+
+func largeBuffers(conn *netlink.Conn) error {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBufferBytes); serr != nil {
+			return
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, receiveBufferBytes)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// Open connects to nf_tables in the network namespace netns: "" for the
+// current one, a name under /run/netns (as `ip netns add` makes), or a path
+// to a namespace file such as /proc/PID/ns/net.
+func Open(netns string) (*Conn, error) {
+	if netns == "" {
+		return &Conn{nsFd: -1}, nil
+	}
+	path := netns
+	if !strings.Contains(netns, "/") {
+		path = "/run/netns/" + netns
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	return &Conn{nsFd: fd}, nil
+}
+
+// Close releases the namespace handle.
+func (c *Conn) Close() error {
+	if c.nsFd >= 0 {
+		return unix.Close(c.nsFd)
+	}
+	return nil
+}
+
+// Apply replaces the table with t in one netlink batch: the table is
+// created if missing, deleted, and written anew, and the kernel commits the
+// batch as one transaction. Packets see either the old table or the new one,
+// and if the kernel refuses any message the old table stays as it was.
+func (c *Conn) Apply(t *Table) error {
+	if t.Family != FamilyInet {
+		return fmt.Errorf("apply table %s %s: only inet tables are supported", t.Family, t.Name)
+	}
+	nl, err := c.newBatch()
+	if err != nil {
+		return fmt.Errorf("apply table %s %s: netlink: %w", t.Family, t.Name, err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: t.Name}
+	nl.AddTable(table)
+	nl.DelTable(table)
+	nl.AddTable(table)
+	if err := encodeTable(nl, table, t); err != nil {
+		return fmt.Errorf("apply table %s %s: %w", t.Family, t.Name, err)
+	}
+	if err := nl.Flush(); err != nil {
+		return fmt.Errorf("apply table %s %s: kernel refused the batch: %w", t.Family, t.Name, err)
+	}
+	return nil
+}
+
+// Delete removes the table. A table that does not exist is not an error.
+func (c *Conn) Delete(family Family, name string) error {
+	if family != FamilyInet {
+		return fmt.Errorf("delete table %s %s: only inet tables are supported", family, name)
+	}
+	nl, err := c.newBatch()
+	if err != nil {
+		return fmt.Errorf("delete table %s %s: netlink: %w", family, name, err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	// Adding first makes the delete succeed whether or not the table exists,
+	// in one transaction, as `nft add table; nft delete table` would.
+	nl.AddTable(table)
+	nl.DelTable(table)
+	if err := nl.Flush(); err != nil {
+		return fmt.Errorf("delete table %s %s: %w", family, name, err)
+	}
+	return nil
+}
+
+func encodeTable(nl *nftables.Conn, table *nftables.Table, t *Table) error {
+	chains := make(map[string]*nftables.Chain, len(t.Chains))
+	for _, ch := range t.Chains {
+		nc := &nftables.Chain{Name: ch.Name, Table: table}
+		if h := ch.Hook; h != nil {
+			hook, err := hookNum(h.Hook)
+			if err != nil {
+				return fmt.Errorf("chain %s: %w", ch.Name, err)
+			}
+			prio := nftables.ChainPriority(h.Priority)
+			policy := nftables.ChainPolicyAccept
+			if h.Policy == Drop {
+				policy = nftables.ChainPolicyDrop
+			}
+			nc.Hooknum, nc.Priority, nc.Type, nc.Policy = hook, &prio, nftables.ChainType(h.Type), &policy
+		}
+		chains[ch.Name] = nl.AddChain(nc)
+	}
+	sets := make(map[string]*nftables.Set, len(t.Sets))
+	for _, s := range t.Sets {
+		ns, err := addSet(nl, table, s)
+		if err != nil {
+			return fmt.Errorf("set %s: %w", s.Name, err)
+		}
+		sets[s.Name] = ns
+	}
+	for _, ch := range t.Chains {
+		for i, r := range ch.Rules {
+			exprs, err := encodeRule(r, sets)
+			if err != nil {
+				return fmt.Errorf("chain %s rule %d (%s): %w", ch.Name, i, RenderRule(r), err)
+			}
+			nr := &nftables.Rule{Table: table, Chain: chains[ch.Name], Exprs: exprs}
+			if r.Comment != "" {
+				nr.UserData = userdata.AppendString(nil, userdata.TypeComment, r.Comment)
+			}
+			nl.AddRule(nr)
+		}
+	}
+	return nil
+}
+
+func hookNum(name string) (*nftables.ChainHook, error) {
+	switch name {
+	case "forward":
+		return nftables.ChainHookForward, nil
+	case "input":
+		return nftables.ChainHookInput, nil
+	case "output":
+		return nftables.ChainHookOutput, nil
+	case "prerouting":
+		return nftables.ChainHookPrerouting, nil
+	case "postrouting":
+		return nftables.ChainHookPostrouting, nil
+	}
+	return nil, fmt.Errorf("unknown hook %q", name)
+}
+
+var (
+	typeIPv4ProtoPort = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+	typeIPv6ProtoPort = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService)
+)
+
+func addSet(nl *nftables.Conn, table *nftables.Table, s *Set) (*nftables.Set, error) {
+	ns := &nftables.Set{
+		Table:        table,
+		Name:         s.Name,
+		Comment:      s.Comment,
+		Interval:     s.Interval,
+		KeyByteOrder: binaryutil.BigEndian,
+	}
+	switch s.Key {
+	case KeyIPv4:
+		ns.KeyType = nftables.TypeIPAddr
+	case KeyIPv6:
+		ns.KeyType = nftables.TypeIP6Addr
+	case KeyIPv4ProtoPort:
+		ns.KeyType = typeIPv4ProtoPort
+	case KeyIPv6ProtoPort:
+		ns.KeyType = typeIPv6ProtoPort
+	default:
+		return nil, fmt.Errorf("unknown key type %d", s.Key)
+	}
+	if s.Verdict {
+		ns.IsMap = true
+		ns.DataType = nftables.TypeVerdict
+	}
+	elems, err := encodeElements(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := nl.AddSet(ns, nil); err != nil {
+		return nil, err
+	}
+	for len(elems) > 0 {
+		n := min(len(elems), elementsPerMessage)
+		// Interval sets must not split a start from its end element.
+		if s.Interval && n < len(elems) && elems[n].IntervalEnd {
+			n++
+		}
+		if err := nl.SetAddElements(ns, elems[:n]); err != nil {
+			return nil, err
+		}
+		elems = elems[n:]
+	}
+	return ns, nil
+}
+
+// encodeElements turns model elements into netlink set elements. Interval
+// sets are encoded the way nft encodes them: each range is a start element
+// and an end element one past its last address, plus a leading end element
+// at the zero address when the first range does not start there.
+func encodeElements(s *Set) ([]nftables.SetElement, error) {
+	out := make([]nftables.SetElement, 0, len(s.Elements))
+	fam := s.Key.Family()
+	for i, e := range s.Elements {
+		if !e.Addr.IsValid() || FamilyOf(e.Addr) != fam {
+			return nil, fmt.Errorf("element %d: address %v is not %s", i, e.Addr, fam.Keyword())
+		}
+		switch {
+		case s.Verdict:
+			kind, err := verdictKind(e.Verdict.Kind)
+			if err != nil {
+				return nil, fmt.Errorf("element %d: %w", i, err)
+			}
+			out = append(out, nftables.SetElement{Key: addrBytes(e.Addr), VerdictData: &expr.Verdict{Kind: kind, Chain: e.Verdict.Chain}})
+		case s.Key.Concat():
+			key := append(addrBytes(e.Addr), byte(e.Proto), 0, 0, 0, byte(e.Port>>8), byte(e.Port), 0, 0)
+			out = append(out, nftables.SetElement{Key: key})
+		case s.Interval:
+			r := addrRangeOf(e)
+			if i == 0 && r.From() != zeroAddr(fam) {
+				out = append(out, nftables.SetElement{Key: addrBytes(zeroAddr(fam)), IntervalEnd: true})
+			}
+			out = append(out, nftables.SetElement{Key: addrBytes(r.From())})
+			if next := r.To().Next(); next.IsValid() {
+				out = append(out, nftables.SetElement{Key: addrBytes(next), IntervalEnd: true})
+			}
+		default:
+			out = append(out, nftables.SetElement{Key: addrBytes(e.Addr)})
+		}
+	}
+	return out, nil
+}
+
+func zeroAddr(f IPFamily) netip.Addr {
+	if f == IPv6 {
+		return netip.IPv6Unspecified()
+	}
+	return netip.IPv4Unspecified()
+}
+
+func addrBytes(a netip.Addr) []byte {
+	if a.Is4() || a.Is4In6() {
+		b := a.Unmap().As4()
+		return b[:]
+	}
+	b := a.As16()
+	return b[:]
+}
+
+func verdictKind(k VerdictKind) (expr.VerdictKind, error) {
+	switch k {
+	case Accept:
+		return expr.VerdictAccept, nil
+	case Drop:
+		return expr.VerdictDrop, nil
+	case Return:
+		return expr.VerdictReturn, nil
+	case Jump:
+		return expr.VerdictJump, nil
+	case Goto:
+		return expr.VerdictGoto, nil
+	}
+	return 0, fmt.Errorf("unknown verdict %q", k)
+}
+
+// Register numbers as nft allocates them. nft addresses the first operand as
+// the 16-byte register 1; the following operands of a concatenation go into
+// the next 4-byte registers (NFT_REG32_00 is 8), except that an operand
+// starting on a 16-byte boundary is again named by its 16-byte register.
+const (
+	reg1        = 1
+	reg32Offset = 8
+)
+
+// concatRegister is the register nft uses for the operand at byte offset off
+// of a concatenation that starts in register 1.
+func concatRegister(off uint32) uint32 {
+	if off%16 == 0 {
+		return reg1 + off/16
+	}
+	return reg32Offset + off/4
+}
+
+func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
+	var out []expr.Any
+	lookupSet := func(name string) (*nftables.Set, error) {
+		s, ok := sets[name]
+		if !ok {
+			return nil, fmt.Errorf("set %q is not in the table", name)
+		}
+		return s, nil
+	}
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case CtStateEstablishedRelated:
+			out = append(out,
+				&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+					Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+					Xor:  binaryutil.NativeEndian.PutUint32(0)},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(0)},
+			)
+		case AddrEq:
+			f := FamilyOf(e.Addr)
+			out = append(out, matchNfproto(f)...)
+			out = append(out, loadAddr(f, e.Field, reg1),
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: addrBytes(e.Addr)})
+		case AddrInSet:
+			s, err := lookupSet(e.Set)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, matchNfproto(e.Family)...)
+			out = append(out, loadAddr(e.Family, e.Field, reg1),
+				&expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID})
+		case AddrVmap:
+			s, err := lookupSet(e.Map)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, matchNfproto(e.Family)...)
+			out = append(out, loadAddr(e.Family, e.Field, reg1),
+				&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: s.Name, SetID: s.ID})
+		case L4ProtoEq:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{byte(e.Proto)}})
+		case DportRange:
+			out = append(out, &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+			if e.First == e.Last {
+				out = append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.BigEndian.PutUint16(e.First)})
+			} else {
+				out = append(out,
+					&expr.Cmp{Op: expr.CmpOpGte, Register: reg1, Data: binaryutil.BigEndian.PutUint16(e.First)},
+					&expr.Cmp{Op: expr.CmpOpLte, Register: reg1, Data: binaryutil.BigEndian.PutUint16(e.Last)})
+			}
+		case AddrProtoPortInSet:
+			s, err := lookupSet(e.Set)
+			if err != nil {
+				return nil, err
+			}
+			addrLen := uint32(4)
+			if e.Family == IPv6 {
+				addrLen = 16
+			}
+			out = append(out, matchNfproto(e.Family)...)
+			out = append(out,
+				loadAddr(e.Family, e.Field, reg1),
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: concatRegister(addrLen)},
+				&expr.Payload{DestRegister: concatRegister(addrLen + 4), Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID})
+		case MarkBitsSet:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+					Mask: binaryutil.NativeEndian.PutUint32(e.Bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(e.Bits)})
+		case SetMark:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+					Mask: binaryutil.NativeEndian.PutUint32(^(e.Clear | e.Set)), Xor: binaryutil.NativeEndian.PutUint32(e.Set)},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+		case Verdict:
+			kind, err := verdictKind(e.Kind)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, &expr.Verdict{Kind: kind, Chain: e.Chain})
+		default:
+			return nil, fmt.Errorf("cannot encode %T", e)
+		}
+	}
+	return out, nil
+}
+
+// matchNfproto is the implicit `meta nfproto ipv4` nft puts before any
+// ip/ip6 payload match in an inet table.
+func matchNfproto(f IPFamily) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{byte(f)}},
+	}
+}
+
+func loadAddr(f IPFamily, field AddrField, reg uint32) *expr.Payload {
+	off, n := uint32(12), uint32(4) // IPv4 saddr
+	switch {
+	case f == IPv4 && field == Daddr:
+		off = 16
+	case f == IPv6 && field == Saddr:
+		off, n = 8, 16
+	case f == IPv6 && field == Daddr:
+		off, n = 24, 16
+	}
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}
+}
+
+// BaseChains lists every base chain on the given hook in this namespace, in
+// the families that see routed IP traffic (ip, ip6, inet).
+func (c *Conn) BaseChains(hook string) ([]BaseChain, error) {
+	want, err := hookNum(hook)
+	if err != nil {
+		return nil, err
+	}
+	nl, err := c.newBatch()
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	chains, err := nl.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	var out []BaseChain
+	for _, ch := range chains {
+		if ch.Hooknum == nil || ch.Priority == nil || *ch.Hooknum != *want {
+			continue
+		}
+		fam, ok := familyName(ch.Table.Family)
+		if !ok {
+			continue
+		}
+		out = append(out, BaseChain{Family: fam, Table: ch.Table.Name, Name: ch.Name, Type: string(ch.Type), Hook: hook, Priority: int32(*ch.Priority)})
+	}
+	return out, nil
+}
+
+func familyName(f nftables.TableFamily) (Family, bool) {
+	switch f {
+	case nftables.TableFamilyINet:
+		return FamilyInet, true
+	case nftables.TableFamilyIPv4:
+		return FamilyIPv4, true
+	case nftables.TableFamilyIPv6:
+		return FamilyIPv6, true
+	}
+	return "", false
+}
+
+// ReadTable reads the chains and sets of an inet table.
+func (c *Conn) ReadTable(name string) (*TableState, error) {
+	nl, err := c.newBatch()
+	if err != nil {
+		return nil, fmt.Errorf("read table inet %s: netlink: %w", name, err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	chains, err := nl.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("read table inet %s: %w", name, err)
+	}
+	st := &TableState{Chains: map[string][]string{}, Sets: map[string]int{}}
+	found := false
+	for _, ch := range chains {
+		if ch.Table.Name != name {
+			continue
+		}
+		found = true
+		rules, err := nl.GetRules(table, ch)
+		if err != nil {
+			return nil, fmt.Errorf("read chain %s: %w", ch.Name, err)
+		}
+		comments := make([]string, 0, len(rules))
+		for _, r := range rules {
+			s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+			comments = append(comments, s)
+		}
+		st.Chains[ch.Name] = comments
+	}
+	if !found {
+		if _, err := nl.ListTableOfFamily(name, nftables.TableFamilyINet); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil, fmt.Errorf("read table inet %s: %w", name, ErrNoTable)
+			}
+			return nil, fmt.Errorf("read table inet %s: %w", name, err)
+		}
+	}
+	sets, err := nl.GetSets(table)
+	if err != nil {
+		return nil, fmt.Errorf("read sets of inet %s: %w", name, err)
+	}
+	for _, s := range sets {
+		elems, err := nl.GetSetElements(s)
+		if err != nil {
+			return nil, fmt.Errorf("read set %s: %w", s.Name, err)
+		}
+		st.Sets[s.Name] = len(elems)
+	}
+	return st, nil
+}

@@ -1,0 +1,33 @@
+//go:build !linux
+
+package nft
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// ErrUnsupported is returned by every kernel operation off Linux: nf_tables
+// exists only there. The model and the renderer work everywhere.
+var ErrUnsupported = fmt.Errorf("nf_tables needs Linux, this is %s", runtime.GOOS)
+
+// A Conn is a handle on nf_tables; off Linux it cannot be opened.
+type Conn struct{}
+
+// Open fails off Linux.
+func Open(netns string) (*Conn, error) { return nil, ErrUnsupported }
+
+// Close does nothing.
+func (c *Conn) Close() error { return nil }
+
+// Apply fails off Linux.
+func (c *Conn) Apply(t *Table) error { return ErrUnsupported }
+
+// Delete fails off Linux.
+func (c *Conn) Delete(family Family, name string) error { return ErrUnsupported }
+
+// BaseChains fails off Linux.
+func (c *Conn) BaseChains(hook string) ([]BaseChain, error) { return nil, ErrUnsupported }
+
+// ReadTable fails off Linux.
+func (c *Conn) ReadTable(name string) (*TableState, error) { return nil, ErrUnsupported }

@@ -1,0 +1,182 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"go4.org/netipx"
+)
+
+// Render prints the table as `nft -f` input. The output is deterministic:
+// the same Table always renders to the same bytes, so it serves as the
+// golden form in tests and as the text `nftpolicy dump` prints.
+//
+// The first two lines make the file replace the table atomically when
+// loaded with `nft -f`: nft runs the whole file as one transaction.
+func Render(t *Table) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "add table %s %s\n", t.Family, t.Name)
+	fmt.Fprintf(&b, "delete table %s %s\n", t.Family, t.Name)
+	fmt.Fprintf(&b, "table %s %s {\n", t.Family, t.Name)
+	for i, s := range t.Sets {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		renderSet(&b, s)
+	}
+	for i, c := range t.Chains {
+		if i > 0 || len(t.Sets) > 0 {
+			b.WriteString("\n")
+		}
+		renderChain(&b, c)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func renderSet(b *strings.Builder, s *Set) {
+	kind := "set"
+	if s.Verdict {
+		kind = "map"
+	}
+	fmt.Fprintf(b, "\t%s %s {\n", kind, s.Name)
+	typ := keyTypeName(s.Key)
+	if s.Verdict {
+		typ += " : verdict"
+	}
+	fmt.Fprintf(b, "\t\ttype %s\n", typ)
+	if s.Interval {
+		b.WriteString("\t\tflags interval\n")
+	}
+	if s.Comment != "" {
+		fmt.Fprintf(b, "\t\tcomment %q\n", s.Comment)
+	}
+	if len(s.Elements) > 0 {
+		b.WriteString("\t\telements = {")
+		for i, e := range s.Elements {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n\t\t\t")
+			b.WriteString(renderElement(s, e))
+		}
+		b.WriteString("\n\t\t}\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+func keyTypeName(k KeyType) string {
+	switch k {
+	case KeyIPv4:
+		return "ipv4_addr"
+	case KeyIPv6:
+		return "ipv6_addr"
+	case KeyIPv4ProtoPort:
+		return "ipv4_addr . inet_proto . inet_service"
+	case KeyIPv6ProtoPort:
+		return "ipv6_addr . inet_proto . inet_service"
+	}
+	panic(fmt.Sprintf("nft: unknown key type %d", k))
+}
+
+func renderElement(s *Set, e Element) string {
+	switch {
+	case s.Verdict:
+		return e.Addr.String() + " : " + renderVerdict(e.Verdict)
+	case s.Key.Concat():
+		return fmt.Sprintf("%s . %s . %d", e.Addr, e.Proto, e.Port)
+	case s.Interval && e.Last.IsValid() && e.Last != e.Addr:
+		r := netipx.IPRangeFrom(e.Addr, e.Last)
+		if p, ok := r.Prefix(); ok {
+			return p.String()
+		}
+		return e.Addr.String() + "-" + e.Last.String()
+	}
+	return e.Addr.String()
+}
+
+func renderChain(b *strings.Builder, c *Chain) {
+	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
+	if h := c.Hook; h != nil {
+		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy %s;\n", h.Type, h.Hook, renderPriority(h.Priority), h.Policy)
+	}
+	for _, r := range c.Rules {
+		fmt.Fprintf(b, "\t\t%s\n", RenderRule(r))
+	}
+	b.WriteString("\t}\n")
+}
+
+// renderPriority writes a priority relative to the standard filter priority
+// (0), the way nft lists it: `filter - 1`, `filter + 5`, `filter`.
+func renderPriority(p int32) string {
+	switch {
+	case p == 0:
+		return "filter"
+	case p < 0:
+		return fmt.Sprintf("filter - %d", -p)
+	}
+	return fmt.Sprintf("filter + %d", p)
+}
+
+// RenderRule prints one rule as nft text, without indentation.
+func RenderRule(r Rule) string {
+	parts := make([]string, 0, len(r.Exprs)+1)
+	for _, e := range r.Exprs {
+		parts = append(parts, renderExpr(e))
+	}
+	if r.Comment != "" {
+		parts = append(parts, fmt.Sprintf("comment %q", r.Comment))
+	}
+	return strings.Join(parts, " ")
+}
+
+func renderExpr(e Expr) string {
+	switch e := e.(type) {
+	case CtStateEstablishedRelated:
+		return "ct state established,related"
+	case AddrEq:
+		return fmt.Sprintf("%s %s %s", FamilyOf(e.Addr).Keyword(), e.Field, e.Addr)
+	case AddrInSet:
+		return fmt.Sprintf("%s %s @%s", e.Family.Keyword(), e.Field, e.Set)
+	case AddrVmap:
+		return fmt.Sprintf("%s %s vmap @%s", e.Family.Keyword(), e.Field, e.Map)
+	case L4ProtoEq:
+		return "meta l4proto " + e.Proto.String()
+	case DportRange:
+		if e.First == e.Last {
+			return fmt.Sprintf("th dport %d", e.First)
+		}
+		return fmt.Sprintf("th dport %d-%d", e.First, e.Last)
+	case AddrProtoPortInSet:
+		return fmt.Sprintf("%s %s . meta l4proto . th dport @%s", e.Family.Keyword(), e.Field, e.Set)
+	case MarkBitsSet:
+		return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", e.Bits, e.Bits)
+	case SetMark:
+		if e.Set == 0 {
+			return fmt.Sprintf("meta mark set meta mark & 0x%08x", ^e.Clear)
+		}
+		return fmt.Sprintf("meta mark set meta mark & 0x%08x | 0x%08x", ^(e.Clear | e.Set), e.Set)
+	case Verdict:
+		return renderVerdict(e)
+	}
+	panic(fmt.Sprintf("nft: cannot render %T", e))
+}
+
+func renderVerdict(v Verdict) string {
+	if v.Kind == Jump || v.Kind == Goto {
+		return string(v.Kind) + " " + v.Chain
+	}
+	return string(v.Kind)
+}
+
+// addrRangeOf returns the inclusive range an element covers.
+func addrRangeOf(e Element) netipx.IPRange {
+	last := e.Last
+	if !last.IsValid() {
+		last = e.Addr
+	}
+	return netipx.IPRangeFrom(e.Addr, last)
+}
+
+var _ = netip.Addr{}
