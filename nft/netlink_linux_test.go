@@ -1,53 +1,14 @@
 package nft
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
-
-// requireRoot fails in CI (where kernel tests must run) and skips elsewhere.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("kernel tests need root, and CI must run them")
-	}
-	t.Skip("kernel tests need root")
-}
-
-// newNetns creates a throwaway network namespace, removed when the test ends.
-func newNetns(t *testing.T) string {
-	t.Helper()
-	requireRoot(t)
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := "nftpt-" + hex.EncodeToString(b)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	return name
-}
-
-func nftIn(t *testing.T, netns, stdin string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", netns, "nft"}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft %v in %s: %v\n%s", args, netns, err, out)
-	}
-	return string(out)
-}
 
 // sampleTable uses every expression and set kind of the model.
 func sampleTable() *Table {
@@ -97,40 +58,20 @@ func sampleTable() *Table {
 	}
 }
 
-// assertSameAsNft is the oracle of the kernel tests: the table written over
-// netlink must list exactly as the rendered text loaded by nft itself, and
-// list cleanly.
-func assertSameAsNft(t *testing.T, table *Table) string {
-	t.Helper()
-	ours, theirs := newNetns(t), newNetns(t)
-	c, err := Open(ours)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Apply(table); err != nil {
-		t.Fatalf("Apply: %v", err)
-	}
-	nftIn(t, theirs, Render(table), "-f", "-")
-	got := nftIn(t, ours, "", "list", "table", "inet", table.Name)
-	want := nftIn(t, theirs, "", "list", "table", "inet", table.Name)
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("netlink table differs from nft -f of the rendered text (-nft +netlink):\n%s", d)
-	}
-	for _, bad := range []string{"unknown", "unsupported", "[invalid"} {
-		if strings.Contains(got, bad) {
-			t.Errorf("nft list prints %q:\n%s", bad, got)
-		}
-	}
-	return got
-}
-
 func TestKernelApplyMatchesNft(t *testing.T) {
-	assertSameAsNft(t, sampleTable())
+	table := sampleTable()
+	testns.AssertSameAsNft(t, table.Name, func(netns string) error {
+		c, err := Open(netns)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return c.Apply(table)
+	}, Render(table))
 }
 
 func TestKernelApplyReplacesAtomically(t *testing.T) {
-	ns := newNetns(t)
+	ns := testns.New(t, "nftpt")
 	c, err := Open(ns)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +80,7 @@ func TestKernelApplyReplacesAtomically(t *testing.T) {
 	if err := c.Apply(sampleTable()); err != nil {
 		t.Fatal(err)
 	}
-	before := nftIn(t, ns, "", "list", "table", "inet", "nftpolicy")
+	before := testns.Nft(t, ns, "", "list", "table", "inet", "nftpolicy")
 
 	// A rule naming a chain that does not exist makes the kernel refuse the
 	// batch (ENOENT); the table programmed before must survive untouched.
@@ -154,7 +95,7 @@ func TestKernelApplyReplacesAtomically(t *testing.T) {
 	if err := c.Apply(broken); err == nil || !strings.Contains(err.Error(), "peers-v4") {
 		t.Fatalf("Apply with a missing set: got %v, want an error naming the set", err)
 	}
-	if after := nftIn(t, ns, "", "list", "table", "inet", "nftpolicy"); after != before {
+	if after := testns.Nft(t, ns, "", "list", "table", "inet", "nftpolicy"); after != before {
 		t.Errorf("a refused batch changed the table:\n%s", cmp.Diff(before, after))
 	}
 
@@ -193,7 +134,7 @@ func TestKernelLargeSetsAreChunked(t *testing.T) {
 		ivl.Elements = append(ivl.Elements, Element{Addr: v4})
 	}
 	table.Sets = []*Set{big, ivl}
-	ns := newNetns(t)
+	ns := testns.New(t, "nftpt")
 	c, err := Open(ns)
 	if err != nil {
 		t.Fatal(err)

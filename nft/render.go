@@ -2,7 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"go4.org/netipx"
@@ -179,4 +178,3 @@ func addrRangeOf(e Element) netipx.IPRange {
 	return netipx.IPRangeFrom(e.Addr, last)
 }
 
-var _ = netip.Addr{}

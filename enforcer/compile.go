@@ -1,0 +1,669 @@
+package enforcer
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"go4.org/netipx"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// DefaultTable is the name of the one table nftpolicy owns.
+const DefaultTable = "nftpolicy"
+
+// Options are the node-specific inputs of the compiler.
+type Options struct {
+	// Node is the name of this node: only its pods are policy targets.
+	Node string
+	// Table names our inet table; DefaultTable when empty.
+	Table string
+	// Priority of the forward base chain, already resolved (see ChoosePriority).
+	Priority int32
+	// MarkMask holds the packet-mark bits nftpolicy may use; DefaultMarkMask
+	// when zero.
+	MarkMask uint32
+}
+
+// A Problem is part of the snapshot the compiler could not use. The rest is
+// compiled; what a problem drops is always an allow, never an isolation, so
+// a broken rule fails closed.
+type Problem struct {
+	Object string // "NetworkPolicy x/name", "Pod x/a"
+	Err    error
+}
+
+func (p Problem) Error() string { return p.Object + ": " + p.Err.Error() }
+
+// A direction is ingress or egress, with the packet fields each looks at.
+type direction struct {
+	name       string // "ingress", "egress"
+	policyType networkingv1.PolicyType
+	peerField  nft.AddrField // where the peer's address is
+	podField   nft.AddrField // where the selected pod's address is
+}
+
+var (
+	ingress = direction{"ingress", networkingv1.PolicyTypeIngress, nft.Saddr, nft.Daddr}
+	egress  = direction{"egress", networkingv1.PolicyTypeEgress, nft.Daddr, nft.Saddr}
+)
+
+var families = []nft.IPFamily{nft.IPv4, nft.IPv6}
+
+// Compile turns a snapshot into the table that enforces it on opts.Node. It
+// is a pure function: same snapshot and options, same table, byte for byte
+// once rendered.
+//
+// The layout (see doc.go for the why):
+//
+//	filter-forward           ct state established,related accept
+//	                         ip saddr vmap @egress-pods-v4  → jump egress-pod-…
+//	                         ip daddr vmap @ingress-pods-v4 → jump ingress-pod-…
+//	ingress-pod-<h>-ns/pod   jump ingress-<h>-ns/policy …; allowed? return; drop
+//	ingress-<h>-ns/policy    one rule per peer family × port: set our allow bit, return
+func Compile(snap *k8s.Snapshot, opts Options) (*nft.Table, []Problem) {
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	if opts.MarkMask == 0 {
+		opts.MarkMask = DefaultMarkMask
+	}
+	c := &compiler{opts: opts, bit: allowBit(opts.MarkMask)}
+	c.index(snap)
+
+	table := &nft.Table{Family: nft.FamilyInet, Name: opts.Table}
+	dispatch := map[string]*nft.Set{}
+	for _, d := range []direction{egress, ingress} {
+		for _, f := range families {
+			s := &nft.Set{
+				Name:    podsMapName(d, f),
+				Comment: fmt.Sprintf("%s address of each pod on this node isolated for %s -> its %s chain", familyName(f), d.name, d.name),
+				Key:     addrKey(f),
+				Verdict: true,
+			}
+			dispatch[s.Name] = s
+			table.Sets = append(table.Sets, s)
+		}
+	}
+	table.Chains = append(table.Chains, c.forwardChain())
+
+	// Per-policy chains, in policy order, and the policies selecting each pod.
+	selecting := map[*pod]map[string][]string{} // pod → direction → policy chains
+	for _, p := range c.policies {
+		for _, d := range []direction{ingress, egress} {
+			if !p.types[d.policyType] {
+				continue
+			}
+			chain, sets := c.policyChain(p, d)
+			table.Chains = append(table.Chains, chain)
+			table.Sets = append(table.Sets, sets...)
+			for _, t := range p.targets {
+				if selecting[t] == nil {
+					selecting[t] = map[string][]string{}
+				}
+				selecting[t][d.name] = append(selecting[t][d.name], chain.Name)
+			}
+		}
+	}
+
+	// Per-pod chains for isolated local pods, and their dispatch elements.
+	for _, pd := range c.local {
+		for _, d := range []direction{ingress, egress} {
+			chains := selecting[pd][d.name]
+			if len(chains) == 0 {
+				continue
+			}
+			chain := c.podChain(pd, d, chains)
+			table.Chains = append(table.Chains, chain)
+			for _, ip := range pd.ips {
+				m := dispatch[podsMapName(d, nft.FamilyOf(ip))]
+				m.Elements = append(m.Elements, nft.Element{Addr: ip, Verdict: nft.Verdict{Kind: nft.Jump, Chain: chain.Name}})
+			}
+		}
+	}
+	for _, m := range dispatch {
+		slices.SortFunc(m.Elements, func(a, b nft.Element) int { return a.Addr.Compare(b.Addr) })
+	}
+	return table, c.problems
+}
+
+type compiler struct {
+	opts     Options
+	bit      uint32
+	problems []Problem
+
+	nsLabels map[string]labels.Set
+	pods     []*pod // every pod that can be a peer, sorted by namespace/name
+	local    []*pod // the pods of this node that can be targets
+	policies []*compiledPolicy
+}
+
+// A pod is what the compiler needs of a Pod that takes part in policy.
+type pod struct {
+	namespace, name string
+	labels          labels.Set
+	ips             []netip.Addr
+	ports           []corev1.ContainerPort
+}
+
+// A compiledPolicy is a NetworkPolicy with its selectors parsed and defaults applied.
+type compiledPolicy struct {
+	np      *networkingv1.NetworkPolicy
+	types   map[networkingv1.PolicyType]bool
+	targets []*pod
+}
+
+func (p *pod) key() string { return p.namespace + "/" + p.name }
+
+func (c *compiler) problem(object string, err error) {
+	c.problems = append(c.problems, Problem{Object: object, Err: err})
+}
+
+func (c *compiler) index(snap *k8s.Snapshot) {
+	c.nsLabels = map[string]labels.Set{}
+	for _, ns := range snap.Namespaces {
+		set := labels.Set{}
+		for k, v := range ns.Labels {
+			set[k] = v
+		}
+		// The API server always sets this label; manifests may not.
+		set[corev1.LabelMetadataName] = ns.Name
+		c.nsLabels[ns.Name] = set
+	}
+	for _, p := range snap.Pods {
+		pd, ok := c.podOf(p)
+		if !ok {
+			continue
+		}
+		c.pods = append(c.pods, pd)
+		if p.Spec.NodeName == c.opts.Node {
+			c.local = append(c.local, pd)
+		}
+	}
+	byKey := func(a, b *pod) int { return cmp.Compare(a.key(), b.key()) }
+	slices.SortFunc(c.pods, byKey)
+	slices.SortFunc(c.local, byKey)
+
+	for _, np := range snap.Policies {
+		if p := c.policyOf(np); p != nil {
+			c.policies = append(c.policies, p)
+		}
+	}
+	slices.SortFunc(c.policies, func(a, b *compiledPolicy) int {
+		return cmp.Or(cmp.Compare(a.np.Namespace, b.np.Namespace), cmp.Compare(a.np.Name, b.np.Name))
+	})
+}
+
+// podOf returns the policy view of a pod, or false for a pod that takes no
+// part in policy: host-network pods (their IPs are the node's), pods that
+// have finished, and pods without an IP yet.
+func (c *compiler) podOf(p *corev1.Pod) (*pod, bool) {
+	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return nil, false
+	}
+	pd := &pod{namespace: p.Namespace, name: p.Name, labels: labels.Set(p.Labels)}
+	seen := map[netip.Addr]bool{}
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			c.problem("Pod "+pd.key(), fmt.Errorf("pod IP %q: %w", s, err))
+			return
+		}
+		ip = ip.Unmap()
+		if !seen[ip] {
+			seen[ip] = true
+			pd.ips = append(pd.ips, ip)
+		}
+	}
+	add(p.Status.PodIP)
+	for _, ip := range p.Status.PodIPs {
+		add(ip.IP)
+	}
+	if len(pd.ips) == 0 {
+		return nil, false
+	}
+	slices.SortFunc(pd.ips, netip.Addr.Compare)
+	for _, ctr := range p.Spec.Containers {
+		pd.ports = append(pd.ports, ctr.Ports...)
+	}
+	// Sidecars (init containers that keep running) serve ports too.
+	for _, ctr := range p.Spec.InitContainers {
+		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			pd.ports = append(pd.ports, ctr.Ports...)
+		}
+	}
+	return pd, true
+}
+
+func (c *compiler) policyOf(np *networkingv1.NetworkPolicy) *compiledPolicy {
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		c.problem(policyObject(np), fmt.Errorf("spec.podSelector: %w", err))
+		return nil
+	}
+	p := &compiledPolicy{np: np, types: policyTypes(np)}
+	for _, pd := range c.local {
+		if pd.namespace == np.Namespace && sel.Matches(pd.labels) {
+			p.targets = append(p.targets, pd)
+		}
+	}
+	if len(p.targets) == 0 {
+		return nil // selects nothing on this node: nothing to program
+	}
+	return p
+}
+
+// policyTypes applies the API server's defaulting when policyTypes is empty:
+// Ingress always, Egress when the policy has egress rules.
+func policyTypes(np *networkingv1.NetworkPolicy) map[networkingv1.PolicyType]bool {
+	types := map[networkingv1.PolicyType]bool{}
+	for _, t := range np.Spec.PolicyTypes {
+		types[t] = true
+	}
+	if len(types) == 0 {
+		types[networkingv1.PolicyTypeIngress] = true
+		if len(np.Spec.Egress) != 0 {
+			types[networkingv1.PolicyTypeEgress] = true
+		}
+	}
+	return types
+}
+
+func policyObject(np *networkingv1.NetworkPolicy) string {
+	return "NetworkPolicy " + np.Namespace + "/" + np.Name
+}
+
+// forwardChain is the base chain: established traffic first, then the
+// egress check of the sending pod, then the ingress check of the receiver.
+func (c *compiler) forwardChain() *nft.Chain {
+	ch := &nft.Chain{
+		Name: "filter-forward",
+		Hook: &nft.Hook{Type: "filter", Hook: "forward", Priority: c.opts.Priority, Policy: nft.Accept},
+		Rules: []nft.Rule{{
+			Exprs:   []nft.Expr{nft.CtStateEstablishedRelated{}, nft.Verdict{Kind: nft.Accept}},
+			Comment: "policy is decided once per connection, on its first packet",
+		}},
+	}
+	for _, d := range []direction{egress, ingress} {
+		for _, f := range families {
+			ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{
+				nft.AddrVmap{Family: f, Field: d.podField, Map: podsMapName(d, f)},
+			}})
+		}
+	}
+	return ch
+}
+
+// podChain decides one direction for one isolated pod: allowed if any
+// selecting policy's chain set our allow bit.
+func (c *compiler) podChain(pd *pod, d direction, policyChains []string) *nft.Chain {
+	ch := &nft.Chain{Name: chainName(d.name+"-pod", pd.namespace, pd.name)}
+	ch.Rules = append(ch.Rules, nft.Rule{
+		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
+		Comment: "only our policy chains may set our bits",
+	})
+	for _, ip := range pd.ips {
+		ch.Rules = append(ch.Rules, nft.Rule{
+			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.Verdict{Kind: nft.Return}},
+			Comment: "a pod may always reach itself",
+		})
+	}
+	for _, pc := range policyChains {
+		ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
+	}
+	ch.Rules = append(ch.Rules,
+		nft.Rule{
+			Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
+			Comment: "allowed: clear our bits and go on",
+		},
+		nft.Rule{
+			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Drop}},
+			Comment: truncateComment(fmt.Sprintf("%s: no %s rule allows", pd.key(), d.name)),
+		})
+	return ch
+}
+
+// policyChain compiles one direction of one policy. Every rule that matches
+// sets our allow bit and returns to the pod chain.
+func (c *compiler) policyChain(p *compiledPolicy, d direction) (*nft.Chain, []*nft.Set) {
+	np := p.np
+	ch := &nft.Chain{Name: chainName(d.name, np.Namespace, np.Name)}
+	var sets []*nft.Set
+	allow := []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
+
+	type ruleSpec struct {
+		peers []networkingv1.NetworkPolicyPeer
+		ports []networkingv1.NetworkPolicyPort
+	}
+	var specs []ruleSpec
+	if d == ingress {
+		for _, r := range np.Spec.Ingress {
+			specs = append(specs, ruleSpec{r.From, r.Ports})
+		}
+	} else {
+		for _, r := range np.Spec.Egress {
+			specs = append(specs, ruleSpec{r.To, r.Ports})
+		}
+	}
+
+	for i, r := range specs {
+		where := fmt.Sprintf("%s[%d]", d.name, i)
+		comment := truncateComment(fmt.Sprintf("%s/%s %s", np.Namespace, np.Name, where))
+		peers, err := c.peerSet(np, r.peers)
+		if err != nil {
+			c.problem(policyObject(np), fmt.Errorf("spec.%s: %w (rule ignored: it allows nothing)", where, err))
+			continue
+		}
+		// Peer sets exist per family whenever the rule has peers, even when
+		// empty today: the chain stays the same as pods come and go.
+		peerSetName := map[nft.IPFamily]string{}
+		if peers != nil {
+			for _, f := range families {
+				s := &nft.Set{
+					Name:     fmt.Sprintf("%s-r%d-%s", ch.Name, i, familySuffix(f)),
+					Comment:  truncateComment(comment + " peers"),
+					Key:      addrKey(f),
+					Interval: true,
+					Elements: rangesOf(peers, f),
+				}
+				peerSetName[f] = s.Name
+				sets = append(sets, s)
+			}
+		}
+		matchPeer := func(f nft.IPFamily) []nft.Expr {
+			if peers == nil {
+				return nil
+			}
+			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: peerSetName[f]}}
+		}
+
+		ports := r.ports
+		if len(ports) == 0 {
+			ports = []networkingv1.NetworkPolicyPort{{}} // all protocols, all ports
+		}
+		for j, port := range ports {
+			proto, ok := protoOf(port.Protocol, len(r.ports) > 0)
+			if !ok {
+				c.problem(policyObject(np), fmt.Errorf("spec.%s.ports[%d]: unsupported protocol %q (port ignored)", where, j, *port.Protocol))
+				continue
+			}
+			if port.Port != nil && port.Port.Type == intstr.String {
+				// Named port: resolved per destination pod.
+				for _, f := range families {
+					s := &nft.Set{
+						Name:    fmt.Sprintf("%s-r%d-p%d-%s", ch.Name, i, j, familySuffix(f)),
+						Comment: truncateComment(fmt.Sprintf("%s port %s/%s", comment, port.Port.StrVal, proto)),
+						Key:     protoPortKey(f),
+					}
+					s.Elements = c.namedPortElements(p, d, peers, f, port.Port.StrVal, proto)
+					sets = append(sets, s)
+					exprs := []nft.Expr{}
+					if d == ingress {
+						exprs = append(exprs, matchPeer(f)...)
+					}
+					exprs = append(exprs, nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: s.Name})
+					ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
+				}
+				continue
+			}
+			var portExprs []nft.Expr
+			if proto != 0 {
+				portExprs = append(portExprs, nft.L4ProtoEq{Proto: proto})
+			}
+			if port.Port != nil {
+				first := uint16(port.Port.IntVal)
+				last := first
+				if port.EndPort != nil {
+					last = uint16(*port.EndPort)
+				}
+				portExprs = append(portExprs, nft.DportRange{First: first, Last: last})
+			}
+			if peers == nil {
+				ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(portExprs, allow...), Comment: comment})
+				continue
+			}
+			for _, f := range families {
+				exprs := append(matchPeer(f), portExprs...)
+				ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
+			}
+		}
+	}
+	return ch, sets
+}
+
+// peerSet is the union of the addresses a rule's peers allow, or nil when
+// the rule has no peers and so allows every address. Each ipBlock peer is
+// its cidr minus its own excepts before the union: one peer's except never
+// removes what another peer allows.
+func (c *compiler) peerSet(np *networkingv1.NetworkPolicy, peers []networkingv1.NetworkPolicyPeer) (*netipx.IPSet, error) {
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	var all netipx.IPSetBuilder
+	for k, peer := range peers {
+		if peer.IPBlock != nil {
+			block, err := ipBlockSet(peer.IPBlock)
+			if err != nil {
+				return nil, fmt.Errorf("from/to[%d].ipBlock: %w", k, err)
+			}
+			all.AddSet(block)
+			continue
+		}
+		pods, err := c.selectPeers(np.Namespace, peer)
+		if err != nil {
+			return nil, fmt.Errorf("from/to[%d]: %w", k, err)
+		}
+		for _, pd := range pods {
+			for _, ip := range pd.ips {
+				all.Add(ip)
+			}
+		}
+	}
+	return all.IPSet()
+}
+
+func ipBlockSet(b *networkingv1.IPBlock) (*netipx.IPSet, error) {
+	cidr, err := netip.ParsePrefix(b.CIDR)
+	if err != nil {
+		return nil, fmt.Errorf("cidr %q: %w", b.CIDR, err)
+	}
+	var s netipx.IPSetBuilder
+	s.AddPrefix(cidr.Masked())
+	for _, e := range b.Except {
+		ex, err := netip.ParsePrefix(e)
+		if err != nil {
+			return nil, fmt.Errorf("except %q: %w", e, err)
+		}
+		s.RemovePrefix(ex.Masked())
+	}
+	return s.IPSet()
+}
+
+// selectPeers returns the pods a selector peer names: podSelector alone
+// means the policy's namespace, namespaceSelector alone means every pod of
+// the matching namespaces, and both together must both match.
+func (c *compiler) selectPeers(policyNS string, peer networkingv1.NetworkPolicyPeer) ([]*pod, error) {
+	podSel := labels.Everything()
+	if peer.PodSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+		if err != nil {
+			return nil, fmt.Errorf("podSelector: %w", err)
+		}
+		podSel = s
+	}
+	var nsSel labels.Selector
+	if peer.NamespaceSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+		if err != nil {
+			return nil, fmt.Errorf("namespaceSelector: %w", err)
+		}
+		nsSel = s
+	}
+	var out []*pod
+	for _, pd := range c.pods {
+		if nsSel == nil {
+			if pd.namespace != policyNS {
+				continue
+			}
+		} else if !nsSel.Matches(c.namespaceLabels(pd.namespace)) {
+			continue
+		}
+		if podSel.Matches(pd.labels) {
+			out = append(out, pd)
+		}
+	}
+	return out, nil
+}
+
+// namespaceLabels of a namespace the snapshot has no object for is just the
+// name label the API server would have given it.
+func (c *compiler) namespaceLabels(ns string) labels.Set {
+	if l, ok := c.nsLabels[ns]; ok {
+		return l
+	}
+	return labels.Set{corev1.LabelMetadataName: ns}
+}
+
+// namedPortElements resolves a named port against the pods that can be the
+// destination: the policy's targets for ingress; for egress, every pod whose
+// address the rule's peers allow (all pods when the rule has no peers). A
+// pod that does not serve the name with this protocol contributes nothing,
+// so the rule never widens to other ports.
+func (c *compiler) namedPortElements(p *compiledPolicy, d direction, peers *netipx.IPSet, f nft.IPFamily, name string, proto nft.Proto) []nft.Element {
+	candidates := p.targets
+	if d == egress {
+		candidates = c.pods
+	}
+	var out []nft.Element
+	for _, pd := range candidates {
+		for _, cp := range pd.ports {
+			if cp.Name != name || protoName(cp.Protocol) != proto {
+				continue
+			}
+			for _, ip := range pd.ips {
+				if nft.FamilyOf(ip) != f || (d == egress && peers != nil && !peers.Contains(ip)) {
+					continue
+				}
+				out = append(out, nft.Element{Addr: ip, Proto: proto, Port: uint16(cp.ContainerPort)})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b nft.Element) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+	})
+	return slices.CompactFunc(out, func(a, b nft.Element) bool { return a == b })
+}
+
+// protoOf maps a policy port's protocol to nft. A port entry always has a
+// protocol (TCP when unset, the API default); ok is false for an unknown one.
+// hasPorts is false for the synthetic entry of a rule with no ports, which
+// matches every protocol (proto 0).
+func protoOf(p *corev1.Protocol, hasPorts bool) (nft.Proto, bool) {
+	if !hasPorts {
+		return 0, true
+	}
+	if p == nil {
+		return nft.ProtoTCP, true
+	}
+	proto := protoName(*p)
+	return proto, proto != 0
+}
+
+func protoName(p corev1.Protocol) nft.Proto {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return nft.ProtoTCP
+	case corev1.ProtocolUDP:
+		return nft.ProtoUDP
+	case corev1.ProtocolSCTP:
+		return nft.ProtoSCTP
+	}
+	return 0
+}
+
+func rangesOf(s *netipx.IPSet, f nft.IPFamily) []nft.Element {
+	var out []nft.Element
+	for _, r := range s.Ranges() {
+		if nft.FamilyOf(r.From()) != f {
+			continue
+		}
+		e := nft.Element{Addr: r.From()}
+		if r.To() != r.From() {
+			e.Last = r.To()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func podsMapName(d direction, f nft.IPFamily) string {
+	return d.name + "-pods-" + familySuffix(f)
+}
+
+func familyName(f nft.IPFamily) string {
+	if f == nft.IPv6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+func familySuffix(f nft.IPFamily) string {
+	if f == nft.IPv6 {
+		return "v6"
+	}
+	return "v4"
+}
+
+func addrKey(f nft.IPFamily) nft.KeyType {
+	if f == nft.IPv6 {
+		return nft.KeyIPv6
+	}
+	return nft.KeyIPv4
+}
+
+func protoPortKey(f nft.IPFamily) nft.KeyType {
+	if f == nft.IPv6 {
+		return nft.KeyIPv6ProtoPort
+	}
+	return nft.KeyIPv4ProtoPort
+}
+
+// maxReadable bounds the namespace/name part of chain and set names. The
+// kernel allows 256 bytes; the hash keeps truncated names unique and the
+// same from one sync to the next.
+const maxReadable = 64
+
+// chainName is `<prefix>-<hash8>-<namespace>/<name>`, e.g.
+// `ingress-1a2b3c4d-x/allow-web`.
+func chainName(prefix, namespace, name string) string {
+	readable := namespace + "/" + name
+	sum := sha256.Sum256([]byte(prefix + "\x00" + readable))
+	if len(readable) > maxReadable {
+		readable = readable[:maxReadable]
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:4]) + "-" + readable
+}
+
+// maxComment is the longest comment nft keeps (NFT_USERDATA_MAXLEN is 256,
+// nft's own limit is 128).
+const maxComment = 128
+
+func truncateComment(s string) string {
+	if len(s) > maxComment {
+		return s[:maxComment]
+	}
+	return s
+}

@@ -1,0 +1,52 @@
+// Package enforcer compiles a cluster snapshot into the nftables table that
+// enforces its NetworkPolicies on one node, and keeps the kernel in step.
+//
+// # The compiler
+//
+// Compile is a pure function from a k8s.Snapshot and Options to an nft.Table:
+// no I/O, no clock, no globals. Everything hard about NetworkPolicy lives
+// there and is tested with the packet tracer (nft.Trace) and golden files,
+// without a kernel.
+//
+// # Layout
+//
+// One inet table holds IPv4 and IPv6. Its base chain filter-forward runs on
+// the forward hook ahead of kube-proxy's (see ChoosePriority):
+//
+//   - `ct state established,related accept` first: policy is decided on the
+//     first packet of a connection, so replies are never dropped and the
+//     cost of policy is paid once per connection;
+//   - then the sender's egress check, `ip saddr vmap @egress-pods-v4`, and the
+//     receiver's ingress check, `ip daddr vmap @ingress-pods-v4`. Only pods of
+//     this node that some policy isolates have an element: the rest miss the
+//     map and fall through to accept.
+//
+// A pod chain (ingress-pod-<hash>-ns/pod) jumps to the chain of every policy
+// selecting the pod for that direction. A policy chain (ingress-<hash>-ns/name)
+// has one rule per rule peer family × port; a rule that matches sets our
+// allow bit and returns. Back in the pod chain, the bit set means allowed:
+// our bits are cleared and the packet goes on to the next check; otherwise
+// it is dropped. Policies selecting a pod are thus a union, and one
+// direction's rules can never satisfy the other direction's check.
+//
+// Chains are static per policy and per pod; what churns is set content:
+// peer sets (interval sets holding pod IPs and ipBlock cidr minus except),
+// named-port sets (address . protocol . port, resolved per destination pod)
+// and the dispatch maps.
+//
+// # Marks
+//
+// nftpolicy owns the bits of a mask (DefaultMarkMask unless configured) and
+// only ever writes the mark as `meta mark set meta mark & ~mask | bit`, so
+// other components' bits pass unchanged. A pod chain starts by clearing our
+// bits and clears them again before it returns, so no packet leaves our
+// chains carrying them. CheckMarkMask refuses masks that overlap the bits
+// of known co-residents (KnownMarkUsers).
+//
+// # Traffic that never reaches policy
+//
+// Traffic between a pod and its own node goes through the input and output
+// hooks, never forward, so it is always allowed. A pod reaching itself
+// stays in its own namespace, except when hairpinned through a Service: the
+// pod chains return early when the peer is the pod itself.
+package enforcer

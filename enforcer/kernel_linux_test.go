@@ -1,0 +1,26 @@
+package enforcer
+
+import (
+	"testing"
+
+	"github.com/nftpolicy/nftpolicy/internal/testns"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// TestKernelCompiledTablesMatchNft programs every compiled case over netlink
+// and checks it lists exactly like nft's own load of the rendered text.
+func TestKernelCompiledTablesMatchNft(t *testing.T) {
+	for _, tc := range compileCases {
+		t.Run(tc.name, func(t *testing.T) {
+			table := mustCompile(t, tc.snap)
+			testns.AssertSameAsNft(t, table.Name, func(netns string) error {
+				c, err := nft.Open(netns)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				return c.Apply(table)
+			}, nft.Render(table))
+		})
+	}
+}

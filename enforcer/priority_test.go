@@ -1,0 +1,117 @@
+package enforcer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+func chainAt(family nft.Family, table, typ string, prio int32) nft.BaseChain {
+	return nft.BaseChain{Family: family, Table: table, Name: "forward", Type: typ, Hook: "forward", Priority: prio}
+}
+
+func TestChoosePriority(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		others  []nft.BaseChain
+		want    int32
+		wantErr string
+	}{
+		{name: "alone", want: DefaultPriority},
+		{name: "kube-proxy 1.31+ at 0", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "kube-proxy", "filter", 0)}, want: DefaultPriority},
+		{name: "old kube-proxy at -110", others: []nft.BaseChain{
+			chainAt(nft.FamilyIPv4, "kube-proxy", "filter", -110), chainAt(nft.FamilyIPv6, "kube-proxy", "filter", -110),
+		}, want: -111},
+		{name: "kube-proxy -101 and iptables-nft filter 0", others: []nft.BaseChain{
+			chainAt(nft.FamilyIPv4, "kube-proxy", "filter", -101), chainAt(nft.FamilyIPv4, "filter", "filter", 0),
+		}, want: -102},
+		{name: "never equal to another chain, filter or not", others: []nft.BaseChain{
+			chainAt(nft.FamilyIPv4, "kube-proxy", "filter", -110), chainAt(nft.FamilyInet, "other", "filter", -111),
+			chainAt(nft.FamilyIPv4, "mangle", "route", -113),
+		}, want: -112},
+		{name: "our own table is ignored", others: []nft.BaseChain{chainAt(nft.FamilyInet, "nftpolicy", "filter", -50)}, want: DefaultPriority},
+		{name: "mangle at -150 is not a filter chain", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "mangle", "filter", -150)}, want: -151},
+		{name: "not ahead of conntrack", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "early", "filter", -200)},
+			wantErr: "no forward priority is both ahead of ip early chain forward (priority -200) and after conntrack"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ChoosePriority(tc.others, DefaultTable)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ChoosePriority = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCheckPriority(t *testing.T) {
+	others := []nft.BaseChain{chainAt(nft.FamilyIPv4, "kube-proxy", "filter", -110), chainAt(nft.FamilyIPv4, "filter", "filter", 0)}
+	if w := CheckPriority(-120, others, DefaultTable); len(w) != 0 {
+		t.Errorf("-120 is ahead of everything, got warnings %q", w)
+	}
+	w := CheckPriority(-110, others, DefaultTable)
+	if len(w) != 1 || !strings.Contains(w[0], "equals that of ip kube-proxy chain forward") {
+		t.Errorf("CheckPriority(-110) = %q", w)
+	}
+	w = CheckPriority(-50, others, DefaultTable)
+	if len(w) != 1 || !strings.Contains(w[0], "runs after ip kube-proxy chain forward (priority -110)") {
+		t.Errorf("CheckPriority(-50) = %q", w)
+	}
+	if w := CheckPriority(-250, nil, DefaultTable); len(w) != 1 || !strings.Contains(w[0], "before conntrack") {
+		t.Errorf("CheckPriority(-250) = %q", w)
+	}
+}
+
+func TestCheckMarkMask(t *testing.T) {
+	if err := CheckMarkMask(DefaultMarkMask, false); err != nil {
+		t.Errorf("default mask refused: %v", err)
+	}
+	for _, tc := range []struct {
+		mask uint32
+		want []string
+	}{
+		{0x4000, []string{"kube-proxy"}},
+		{0x00010000, []string{"Calico", "kube-router"}},
+		{0x00000100, []string{"Cilium", "Istio"}},
+		{0x00000001, []string{"Antrea", "Istio"}},
+		{0x00001000, []string{"Azure NPM"}},
+		{0x00040000, []string{"Calico", "Weave Net"}},
+		{0x00008000, []string{"kubelet"}},
+	} {
+		err := CheckMarkMask(tc.mask, false)
+		if err == nil {
+			t.Errorf("mask 0x%x accepted", tc.mask)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("mask 0x%x: error %q does not name %s", tc.mask, err, w)
+			}
+		}
+		if err := CheckMarkMask(tc.mask, true); err != nil {
+			t.Errorf("mask 0x%x with overlap allowed: %v", tc.mask, err)
+		}
+	}
+	if err := CheckMarkMask(0, true); err == nil {
+		t.Error("empty mask accepted")
+	}
+}
+
+func TestWiderMaskUsesLowestBit(t *testing.T) {
+	table, _ := Compile(cluster(policy("x", "deny", denyIngress)), Options{Node: testNode, MarkMask: 0x0c})
+	res, err := nft.Trace(table, "filter-forward", nft.Packet{
+		Src: addrOf(t, "x/b", nft.IPv4), Dst: addrOf(t, "x/a", nft.IPv4), Proto: nft.ProtoTCP, Dport: 80, Mark: 0x4000 | 0x08,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != nft.Drop {
+		t.Errorf("a preset bit of our mask let a packet through: %v", res.Path)
+	}
+}

@@ -1,0 +1,195 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// A Packet is what Trace needs to know of a packet.
+type Packet struct {
+	Src, Dst netip.Addr
+	Proto    Proto
+	Dport    uint16 // ignored for protocols without ports
+	Mark     uint32
+	// Established marks a packet of a connection conntrack already knows
+	// (ct state established or related); otherwise the packet is NEW.
+	Established bool
+}
+
+// A TraceResult is the outcome of a packet through a table's base chain.
+type TraceResult struct {
+	Verdict VerdictKind // Accept or Drop
+	Mark    uint32      // the mark when the packet leaves the table
+	Path    []string    // "chain: rule" for each rule that matched
+}
+
+// Trace runs a packet through the base chain named hookChain the way the
+// kernel would, over the model rather than the kernel: it lets the compiler
+// be tested for what a ruleset does (src, dst, proto, port → verdict)
+// independently of how it is laid out.
+func Trace(t *Table, hookChain string, p Packet) (TraceResult, error) {
+	chains := map[string]*Chain{}
+	for _, c := range t.Chains {
+		chains[c.Name] = c
+	}
+	sets := map[string]*Set{}
+	for _, s := range t.Sets {
+		sets[s.Name] = s
+	}
+	base, ok := chains[hookChain]
+	if !ok || base.Hook == nil {
+		return TraceResult{}, fmt.Errorf("trace: no base chain %q", hookChain)
+	}
+	tr := &tracer{chains: chains, sets: sets, p: p}
+	v, err := tr.run(base, 0)
+	if err != nil {
+		return TraceResult{}, err
+	}
+	if v == "" || v == Return {
+		v = base.Hook.Policy
+	}
+	return TraceResult{Verdict: v, Mark: tr.p.Mark, Path: tr.path}, nil
+}
+
+type tracer struct {
+	chains map[string]*Chain
+	sets   map[string]*Set
+	p      Packet
+	path   []string
+}
+
+// maxDepth mirrors the kernel's jump stack limit (NFT_JUMP_STACK_SIZE).
+const maxDepth = 16
+
+// run evaluates a chain and returns the final verdict, or "" when the chain
+// ran to its end or returned.
+func (tr *tracer) run(c *Chain, depth int) (VerdictKind, error) {
+	if depth > maxDepth {
+		return "", fmt.Errorf("trace: jump stack exceeded at chain %s", c.Name)
+	}
+	for _, r := range c.Rules {
+		v, err := tr.rule(c, r, depth)
+		if err != nil || v != "" {
+			return v, err
+		}
+	}
+	return "", nil
+}
+
+// rule evaluates one rule: "" means go on with the next rule of the chain;
+// Return ends the chain; Accept and Drop end evaluation.
+func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
+	p := &tr.p
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case CtStateEstablishedRelated:
+			if !p.Established {
+				return "", nil
+			}
+		case AddrEq:
+			if tr.addr(e.Field) != e.Addr {
+				return "", nil
+			}
+		case AddrInSet:
+			if !tr.inFamily(e.Family) || !tr.lookup(e.Set, tr.addr(e.Field), 0, 0) {
+				return "", nil
+			}
+		case AddrVmap:
+			if !tr.inFamily(e.Family) {
+				return "", nil
+			}
+			s := tr.sets[e.Map]
+			if s == nil {
+				return "", fmt.Errorf("trace: chain %s: no map %s", c.Name, e.Map)
+			}
+			for _, el := range s.Elements {
+				if el.Addr == tr.addr(e.Field) {
+					tr.path = append(tr.path, c.Name+": "+RenderRule(r)+" -> "+renderVerdict(el.Verdict))
+					return tr.verdict(c, el.Verdict, depth)
+				}
+			}
+			return "", nil
+		case L4ProtoEq:
+			if p.Proto != e.Proto {
+				return "", nil
+			}
+		case DportRange:
+			if p.Dport < e.First || p.Dport > e.Last {
+				return "", nil
+			}
+		case AddrProtoPortInSet:
+			if !tr.inFamily(e.Family) || !tr.lookup(e.Set, tr.addr(e.Field), p.Proto, p.Dport) {
+				return "", nil
+			}
+		case MarkBitsSet:
+			if p.Mark&e.Bits != e.Bits {
+				return "", nil
+			}
+		case SetMark:
+			p.Mark = p.Mark&^(e.Clear|e.Set) | e.Set
+		case Verdict:
+			tr.path = append(tr.path, c.Name+": "+RenderRule(r))
+			return tr.verdict(c, e, depth)
+		default:
+			return "", fmt.Errorf("trace: cannot evaluate %T", e)
+		}
+	}
+	return "", nil
+}
+
+func (tr *tracer) verdict(c *Chain, v Verdict, depth int) (VerdictKind, error) {
+	switch v.Kind {
+	case Accept, Drop, Return:
+		return v.Kind, nil
+	case Jump, Goto:
+		next, ok := tr.chains[v.Chain]
+		if !ok {
+			return "", fmt.Errorf("trace: chain %s: %s to missing chain %s", c.Name, v.Kind, v.Chain)
+		}
+		res, err := tr.run(next, depth+1)
+		if err != nil {
+			return "", err
+		}
+		if res == Return || res == "" {
+			if v.Kind == Goto {
+				return Return, nil // goto does not come back: the caller's chain ends too
+			}
+			return "", nil
+		}
+		return res, nil
+	}
+	return "", fmt.Errorf("trace: unknown verdict %q", v.Kind)
+}
+
+func (tr *tracer) addr(f AddrField) netip.Addr {
+	if f == Saddr {
+		return tr.p.Src
+	}
+	return tr.p.Dst
+}
+
+func (tr *tracer) inFamily(f IPFamily) bool { return FamilyOf(tr.p.Src) == f }
+
+func (tr *tracer) lookup(name string, a netip.Addr, proto Proto, port uint16) bool {
+	s := tr.sets[name]
+	if s == nil {
+		return false
+	}
+	for _, e := range s.Elements {
+		switch {
+		case s.Key.Concat():
+			if e.Addr == a && e.Proto == proto && e.Port == port {
+				return true
+			}
+		case s.Interval:
+			if addrRangeOf(e).Contains(a) {
+				return true
+			}
+		default:
+			if e.Addr == a {
+				return true
+			}
+		}
+	}
+	return false
+}
