@@ -177,4 +177,3 @@ func addrRangeOf(e Element) netipx.IPRange {
 	}
 	return netipx.IPRangeFrom(e.Addr, last)
 }
-
