@@ -1,0 +1,92 @@
+// Package k8s turns cluster state into Snapshots for the enforcer.
+//
+// A Snapshot holds every Namespace, Pod, Node and NetworkPolicy a source
+// knows, defaulted and validated as the API server would have done, each
+// slice sorted by namespace and name. Sources never edit a Snapshot they
+// have handed out.
+//
+// # Manifests source
+//
+// LoadDir (and LoadFS, its io/fs form) reads a directory of ordinary
+// Kubernetes manifests, for bare-metal nodes, demos and tests:
+//
+//   - every *.yaml, *.yml and *.json file directly in the directory, in name
+//     order; subdirectories and names starting with a dot are skipped, and
+//     symlinks are followed, so a mounted ConfigMap works;
+//   - YAML files may hold several documents separated by "---"; a JSON file
+//     may hold a stream of values; empty documents are skipped and not
+//     counted;
+//   - a document may be a "kind: List" (v1) or a typed list (PodList, ...)
+//     whose items are read one by one;
+//   - the kinds read are Namespace, Pod and Node (v1) and NetworkPolicy
+//     (networking.k8s.io/v1). Any other kind is reported with
+//     ErrUnsupportedKind, which a caller may treat as a warning.
+//
+// Decoding is strict, like `kubectl apply --validate=strict`: YAML is
+// converted to JSON (sigs.k8s.io/yaml) and decoded with sigs.k8s.io/json,
+// so field names are case sensitive and an unknown or duplicate field is an
+// error for that object. An absent or null list stays nil and "[]" stays an
+// empty slice: the compiler reads an absent or empty ingress list as "allow
+// nothing" but an absent or empty from list as "every peer", so the two must
+// never be confused by the decoder.
+//
+// Each object that cannot be used is reported as an ObjectError naming file,
+// document (and List item), kind, namespace/name and the reason, and is
+// skipped; all other objects are still returned. LoadDir fails as a whole
+// only when the directory or a manifest file cannot be read. When the same
+// kind, namespace and name is defined twice, the first definition is used,
+// valid or not, and every later one is an error wrapping ErrDuplicate.
+//
+// # Defaulting
+//
+// Admit applies, before validation, what the API server applies on create
+// (DefaultNamespace, DefaultPod, DefaultNode, DefaultNetworkPolicy):
+//
+//   - metadata.namespace "default" for pods and policies without one, as
+//     kubectl would send them; cleared for namespaces and nodes, which are
+//     cluster-scoped;
+//   - the namespace label kubernetes.io/metadata.name=<name>, always
+//     overwriting any value given;
+//   - protocol TCP for NetworkPolicy ports and container ports without one;
+//   - policyTypes [Ingress], plus Egress if spec.egress has a rule, when
+//     policyTypes is empty;
+//   - status.podIPs from status.podIP and back; spec.podCIDRs of a node
+//     from spec.podCIDR and back.
+//
+// After a successful validation Admit also normalizes addresses so the
+// compiler sees one spelling of each: pod and node IPs in canonical form,
+// ipBlock cidr and except values (and node pod CIDRs) masked to their prefix
+// (10.0.0.1/24 becomes 10.0.0.0/24; the API server accepts such values
+// with a warning and means the masked network).
+//
+// # Validation
+//
+// ValidateNamespace, ValidatePod, ValidateNode and ValidateNetworkPolicy
+// follow the API server's validation and return its field paths
+// (spec.ingress[0].ports[1].endPort):
+//
+//   - metadata: name required, a DNS label for namespaces and a DNS
+//     subdomain otherwise, namespace a DNS label, labels and annotations
+//     valid;
+//   - selectors: label keys and values valid, operator In, NotIn, Exists or
+//     DoesNotExist, values present for In/NotIn and absent otherwise, and
+//     the selector converts with metav1.LabelSelectorAsSelector;
+//   - peers: at least one of podSelector, namespaceSelector, ipBlock, and
+//     ipBlock alone; cidr and every except parse (IPv4 or IPv6, no leading
+//     zeros, no IPv4-mapped IPv6), and every except is of the cidr's family
+//     and strictly inside it;
+//   - ports: protocol TCP, UDP or SCTP; a numeric port 1-65535; a named
+//     port a valid IANA_SVC_NAME; endPort only with a numeric port, 1-65535
+//     and not below port;
+//   - policyTypes: Ingress and Egress only, each at most once;
+//   - pods: container port numbers, names and protocols; status.podIPs
+//     parse, at most one per IP family, and status.podIP equals the first
+//     (upstream silently prefers podIP; here a disagreement is an error).
+//     Any phase is accepted: the compiler decides what a phase means;
+//   - nodes: spec.podCIDRs and the InternalIP and ExternalIP addresses
+//     parse.
+//
+// A pod or policy whose namespace has no Namespace object is still
+// accepted and nothing is synthesized for it: the compiler treats such a
+// namespace as one that carries only its kubernetes.io/metadata.name label.
+package k8s

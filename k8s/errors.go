@@ -1,0 +1,186 @@
+package k8s
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+var (
+	// ErrUnsupportedKind marks an ObjectError for a document whose kind the
+	// manifests source does not read (a Service, a Deployment, ...). Callers
+	// that share a directory with other manifests may log these at a lower
+	// level than real mistakes: errors.Is(err, ErrUnsupportedKind).
+	ErrUnsupportedKind = errors.New("unsupported kind")
+
+	// ErrDuplicate marks an ObjectError for a second definition of an object
+	// (same kind, namespace and name) that was dropped in favour of the first.
+	ErrDuplicate = errors.New("duplicate object")
+)
+
+// An ObjectError is one manifest document, or one item of a List document,
+// that the manifests source rejected. The object it describes is not in the
+// Snapshot; every other object still is.
+//
+// Its Error string names where the object was and what it was before the
+// reason, e.g.
+//
+//	policies.yaml doc 2: NetworkPolicy x/bad: spec.ingress[0].from[1].ipBlock.except[0]: "10.1.0.0/16" is not inside cidr "10.0.0.0/16"
+type ObjectError struct {
+	// File is the file name, relative to the directory that was loaded.
+	File string
+	// Doc is the 0-based index of the document within File. Empty
+	// documents (only whitespace and comments) are not counted.
+	Doc int
+	// Item is the 0-based index within the items of a List document, or -1
+	// when the document is not a List.
+	Item int
+
+	// Kind, Namespace and Name identify the object as far as the document
+	// could be read; any of them may be empty. Namespace is already defaulted
+	// ("default" for a namespaced kind) and empty for cluster-scoped kinds.
+	Kind      string
+	Namespace string
+	Name      string
+
+	// Err is the reason. Validation failures are a FieldErrors; see also
+	// ErrUnsupportedKind and ErrDuplicate.
+	Err error
+}
+
+// Location returns where the object was found: "policies.yaml doc 2", or
+// "pods.yaml doc 0 item 3" for an item of a List.
+func (e *ObjectError) Location() string {
+	return location(e.File, e.Doc, e.Item)
+}
+
+func location(file string, doc, item int) string {
+	if item < 0 {
+		return fmt.Sprintf("%s doc %d", file, doc)
+	}
+	return fmt.Sprintf("%s doc %d item %d", file, doc, item)
+}
+
+// Object returns "Kind namespace/name", "Kind name" for cluster-scoped
+// objects, or as much of it as is known ("object name" without a kind).
+func (e *ObjectError) Object() string {
+	name := e.Name
+	if e.Namespace != "" {
+		name = e.Namespace + "/" + e.Name
+	}
+	kind := e.Kind
+	if kind == "" && name != "" {
+		kind = "object"
+	}
+	return strings.TrimSpace(kind + " " + name)
+}
+
+func (e *ObjectError) Error() string {
+	if obj := e.Object(); obj != "" {
+		return e.Location() + ": " + obj + ": " + e.Err.Error()
+	}
+	return e.Location() + ": " + e.Err.Error()
+}
+
+func (e *ObjectError) Unwrap() error { return e.Err }
+
+// A FieldErrors is every validation failure of one object, each a
+// *field.Error naming the field path the way the API server does
+// (spec.ingress[0].ports[1].endPort). It renders each error as
+// "path: value reason" and joins them with "; ".
+type FieldErrors field.ErrorList
+
+func (fe FieldErrors) Error() string {
+	msgs := make([]string, len(fe))
+	for i, e := range fe {
+		msgs[i] = renderFieldError(e)
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Unwrap lets errors.As find the individual *field.Error values.
+func (fe FieldErrors) Unwrap() []error {
+	errs := make([]error, len(fe))
+	for i, e := range fe {
+		errs[i] = e
+	}
+	return errs
+}
+
+// renderFieldError writes a field.Error the way this package's own messages
+// are phrased ("path: value must ..."), which is shorter than upstream's
+// "path: Invalid value: value: must ..." but keeps its field path and detail.
+func renderFieldError(e *field.Error) string {
+	switch e.Type {
+	case field.ErrorTypeInvalid:
+		value := renderValue(e.BadValue)
+		if startsWithVerb(e.Detail) {
+			return fmt.Sprintf("%s: %s %s", e.Field, value, e.Detail)
+		}
+		return fmt.Sprintf("%s: %s is invalid: %s", e.Field, value, e.Detail)
+	case field.ErrorTypeRequired:
+		if e.Detail == "" {
+			return e.Field + ": is required"
+		}
+		return e.Field + ": is required: " + e.Detail
+	case field.ErrorTypeForbidden:
+		if e.Detail == "" {
+			return e.Field + ": is forbidden"
+		}
+		return e.Field + ": " + e.Detail
+	case field.ErrorTypeNotSupported:
+		return fmt.Sprintf("%s: %s is not supported (%s)", e.Field, renderValue(e.BadValue), e.Detail)
+	case field.ErrorTypeDuplicate:
+		return fmt.Sprintf("%s: %s is a duplicate", e.Field, renderValue(e.BadValue))
+	default:
+		return e.Error()
+	}
+}
+
+// startsWithVerb reports whether an upstream detail reads as a predicate
+// ("must be ...", "is not ...") that can follow the bad value directly.
+func startsWithVerb(detail string) bool {
+	for _, p := range []string{"must ", "is ", "may ", "has "} {
+		if strings.HasPrefix(detail, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// renderValue quotes anything string-like (including named string types such
+// as corev1.Protocol) and prints numbers as they are.
+func renderValue(v any) string {
+	rv := reflect.ValueOf(v)
+	for rv.IsValid() && rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return "null"
+		}
+		rv = rv.Elem()
+	}
+	if !rv.IsValid() {
+		return "null"
+	}
+	if rv.Kind() == reflect.String {
+		return strconv.Quote(rv.String())
+	}
+	return fmt.Sprint(rv.Interface())
+}
+
+// joinedErrors is several errors about one object (strict decoding reports
+// every unknown field at once), joined on one line.
+type joinedErrors []error
+
+func (je joinedErrors) Error() string {
+	msgs := make([]string, len(je))
+	for i, e := range je {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (je joinedErrors) Unwrap() []error { return je }

@@ -1,0 +1,487 @@
+package k8s
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// LoadDir reads the manifests in dir into a Snapshot. See the package
+// documentation for which files and objects it reads and what it defaults
+// and validates.
+//
+// Every object that cannot be used becomes an ObjectError and is left out;
+// all the others are still returned. The error is non-nil only when the
+// directory or one of its manifest files cannot be read: the caller then
+// has no complete view and should keep what it had.
+func LoadDir(dir string) (*Snapshot, []*ObjectError, error) {
+	snap, objErrs, err := LoadFS(os.DirFS(dir))
+	if err != nil {
+		// os.DirFS names paths relative to dir ("open .: ..."); name them
+		// as the user knows them.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			pe.Path = filepath.Join(dir, pe.Path)
+		}
+		return nil, nil, fmt.Errorf("load manifests: %w", err)
+	}
+	return snap, objErrs, nil
+}
+
+// LoadFS is LoadDir for the root directory of fsys. ObjectError.File is the
+// file's name within fsys.
+func LoadFS(fsys fs.FS) (*Snapshot, []*ObjectError, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &loader{seen: map[objectKey]string{}}
+	names, err := manifestFiles(fsys, entries)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, name := range names {
+		data, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		l.loadFile(name, data)
+	}
+	l.snap.sort()
+	return &l.snap, l.errs, nil
+}
+
+// manifestFiles picks the entries of the root of fsys that are read: regular
+// files, or symlinks to them, with a manifest name.
+func manifestFiles(fsys fs.FS, entries []fs.DirEntry) ([]string, error) {
+	var names []string
+	for _, e := range entries {
+		name := e.Name()
+		if !isManifestName(name) {
+			continue
+		}
+		mode := e.Type()
+		if mode&fs.ModeSymlink != 0 {
+			// A ConfigMap volume is a directory of symlinks into ..data;
+			// follow them, and skip links to directories.
+			fi, err := fs.Stat(fsys, name)
+			if err != nil {
+				return nil, err
+			}
+			mode = fi.Mode()
+		}
+		if mode.IsRegular() {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// isManifestName reports whether a directory entry is read: a .yaml, .yml or
+// .json file whose name does not start with a dot. Dot files are editor swap
+// and backup files, and the ..data / ..<timestamp> internals of a mounted
+// ConfigMap, whose files are reached through the top-level symlinks.
+func isManifestName(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	switch path.Ext(name) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// sort orders every slice by namespace and name, so that a Snapshot does not
+// depend on file names or document order.
+func (s *Snapshot) sort() {
+	byName := func(a, b metav1.Object) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	}
+	slices.SortFunc(s.Namespaces, func(a, b *corev1.Namespace) int { return byName(a, b) })
+	slices.SortFunc(s.Pods, func(a, b *corev1.Pod) int { return byName(a, b) })
+	slices.SortFunc(s.Nodes, func(a, b *corev1.Node) int { return byName(a, b) })
+	slices.SortFunc(s.Policies, func(a, b *networkingv1.NetworkPolicy) int { return byName(a, b) })
+}
+
+// A kindInfo is what the loader knows about one kind it reads.
+type kindInfo struct {
+	apiVersion string
+	namespaced bool
+	list       string // the kind of a typed list of it, e.g. PodList
+	new        func() runtime.Object
+}
+
+var kinds = map[string]kindInfo{
+	"Namespace":     {"v1", false, "NamespaceList", func() runtime.Object { return &corev1.Namespace{} }},
+	"Pod":           {"v1", true, "PodList", func() runtime.Object { return &corev1.Pod{} }},
+	"Node":          {"v1", false, "NodeList", func() runtime.Object { return &corev1.Node{} }},
+	"NetworkPolicy": {"networking.k8s.io/v1", true, "NetworkPolicyList", func() runtime.Object { return &networkingv1.NetworkPolicy{} }},
+}
+
+// listElem returns the kind of the items of a list kind: "" for the untyped
+// v1 List, whose items name their own kind.
+func listElem(kind string) (elem string, ok bool) {
+	if kind == "List" {
+		return "", true
+	}
+	for k, info := range kinds {
+		if info.list == kind {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// An objectKey identifies an object for duplicate detection.
+type objectKey struct{ kind, namespace, name string }
+
+// A loader accumulates the objects and errors of one LoadFS call.
+type loader struct {
+	snap Snapshot
+	errs []*ObjectError
+	// seen maps each object to the location of its first definition.
+	seen map[objectKey]string
+}
+
+// A docLoc is where a document or list item is.
+type docLoc struct {
+	file      string
+	doc, item int
+}
+
+// A header is what can be read of a document without decoding it into a
+// type, leniently, so that even a broken object is named in its error.
+type header struct {
+	apiVersion, kind, namespace, name string
+}
+
+// named returns h with the namespace the object will have once admitted:
+// "default" when a namespaced kind has none, none for a cluster-scoped kind.
+func (h header) named() header {
+	info, ok := kinds[h.kind]
+	switch {
+	case !ok:
+	case !info.namespaced:
+		h.namespace = ""
+	case h.namespace == "":
+		h.namespace = metav1.NamespaceDefault
+	}
+	return h
+}
+
+func (l *loader) fail(loc docLoc, h header, err error) {
+	h = h.named()
+	l.errs = append(l.errs, &ObjectError{
+		File: loc.file, Doc: loc.doc, Item: loc.item,
+		Kind: h.kind, Namespace: h.namespace, Name: h.name,
+		Err: err,
+	})
+}
+
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+func (l *loader) loadFile(name string, data []byte) {
+	data = bytes.TrimPrefix(data, utf8BOM)
+	if path.Ext(name) == ".json" {
+		l.loadJSONFile(name, data)
+		return
+	}
+	doc := 0
+	for _, d := range splitYAML(data) {
+		loc := docLoc{file: name, doc: doc, item: -1}
+		j, err := yaml.YAMLToJSONStrict(d.data)
+		if err != nil {
+			// The strict conversion also fails on duplicate keys. If the
+			// lenient one works, that was the problem, and the header can
+			// still name the object.
+			var h header
+			if lenient, lerr := yaml.YAMLToJSON(d.data); lerr == nil {
+				if isNull(lenient) {
+					continue
+				}
+				h, _ = readHeader(lenient)
+			}
+			l.fail(loc, h, fmt.Errorf("invalid YAML: %w", yamlErrorInFile(d, err)))
+			doc++
+			continue
+		}
+		if isNull(j) {
+			// Only whitespace and comments, or a stray "---".
+			continue
+		}
+		l.loadDocument(loc, j)
+		doc++
+	}
+}
+
+// loadJSONFile reads a stream of JSON values, usually just one. A syntax
+// error ends the file: unlike YAML's "---", nothing marks where the next
+// value would start.
+func (l *loader) loadJSONFile(name string, data []byte) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for doc := 0; ; {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		loc := docLoc{file: name, doc: doc, item: -1}
+		if err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				err = fmt.Errorf("at byte %d: %w", se.Offset, err)
+			}
+			l.fail(loc, header{}, fmt.Errorf("invalid JSON, rest of file skipped: %w", err))
+			return
+		}
+		if isNull(raw) {
+			continue
+		}
+		l.loadDocument(loc, raw)
+		doc++
+	}
+}
+
+// yamlErrorInFile returns the error of converting d again, with d moved down
+// to the line it starts on, so that the line numbers in the parser's message
+// are lines of the file rather than of the document (only the error path
+// pays for the copy), and on one line.
+func yamlErrorInFile(d yamlDoc, err error) error {
+	shifted := append(bytes.Repeat([]byte("\n"), d.line-1), d.data...)
+	if _, serr := yaml.YAMLToJSONStrict(shifted); serr != nil {
+		err = serr
+	}
+	// yaml.v2 lists several problems on indented lines of their own; an
+	// ObjectError is one log line.
+	if msg := err.Error(); strings.Contains(msg, "\n") {
+		return errors.New(strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " "))
+	}
+	return err
+}
+
+func isNull(j []byte) bool {
+	return bytes.Equal(bytes.TrimSpace(j), []byte("null"))
+}
+
+func (l *loader) loadDocument(loc docLoc, j []byte) {
+	h, err := readHeader(j)
+	if err != nil {
+		l.fail(loc, header{}, err)
+		return
+	}
+	if elem, ok := listElem(h.kind); ok {
+		l.loadList(loc, j, h, elem)
+		return
+	}
+	l.loadObject(loc, j, h)
+}
+
+// readHeader reads apiVersion, kind, metadata.namespace and metadata.name
+// from a JSON object, ignoring anything that is not a string.
+func readHeader(j []byte) (header, error) {
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil || m == nil {
+		return header{}, errors.New("document is not a Kubernetes object (a YAML or JSON mapping)")
+	}
+	str := func(m map[string]any, k string) string {
+		s, _ := m[k].(string)
+		return s
+	}
+	h := header{apiVersion: str(m, "apiVersion"), kind: str(m, "kind")}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		h.namespace, h.name = str(md, "namespace"), str(md, "name")
+	}
+	return h, nil
+}
+
+// A list is a v1 List or a typed list such as PodList, as printed by
+// `kubectl get -o yaml`.
+type list struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []json.RawMessage `json:"items"`
+}
+
+func (l *loader) loadList(loc docLoc, j []byte, h header, elem string) {
+	want := "v1"
+	if elem != "" {
+		want = kinds[elem].apiVersion
+	}
+	if h.apiVersion != want {
+		l.fail(loc, h, fmt.Errorf("apiVersion %q is not supported for %s, want %q", h.apiVersion, h.kind, want))
+		return
+	}
+	var ls list
+	strict, err := sigsjson.UnmarshalStrict(j, &ls)
+	if err == nil && len(strict) != 0 {
+		err = joinedErrors(strict)
+	}
+	if err != nil {
+		l.fail(loc, h, err)
+		return
+	}
+	for i, item := range ls.Items {
+		iloc := loc
+		iloc.item = i
+		ih, err := readHeader(item)
+		if err != nil {
+			l.fail(iloc, header{}, err)
+			continue
+		}
+		if elem != "" {
+			// Items of a typed list need not repeat their kind.
+			if ih.kind == "" && ih.apiVersion == "" {
+				ih.kind, ih.apiVersion = elem, want
+			}
+			if ih.kind != elem {
+				l.fail(iloc, ih, fmt.Errorf("item of a %s must be a %s", h.kind, elem))
+				continue
+			}
+		}
+		if _, isList := listElem(ih.kind); isList {
+			l.fail(iloc, ih, errors.New("a list inside a list is not supported"))
+			continue
+		}
+		l.loadObject(iloc, item, ih)
+	}
+}
+
+func (l *loader) loadObject(loc docLoc, j []byte, h header) {
+	info, ok := kinds[h.kind]
+	if !ok {
+		if h.kind == "" {
+			l.fail(loc, h, errors.New("kind is required"))
+			return
+		}
+		l.fail(loc, h, fmt.Errorf("%w %s (reads Namespace, Pod and Node of v1 and NetworkPolicy of networking.k8s.io/v1)", ErrUnsupportedKind, h.kind))
+		return
+	}
+	h = h.named()
+	if h.apiVersion != info.apiVersion {
+		l.fail(loc, h, fmt.Errorf("apiVersion %q is not supported for %s, want %q", h.apiVersion, h.kind, info.apiVersion))
+		return
+	}
+	// The first definition wins even if it turns out to be invalid: which
+	// object is used must not change because an unrelated mistake is fixed.
+	if h.name != "" {
+		key := objectKey{h.kind, h.namespace, h.name}
+		if first, dup := l.seen[key]; dup {
+			l.fail(loc, h, fmt.Errorf("%w, first defined at %s", ErrDuplicate, first))
+			return
+		}
+		l.seen[key] = location(loc.file, loc.doc, loc.item)
+	}
+
+	obj := info.new()
+	// Strict as `kubectl apply --validate=strict`: field names are case
+	// sensitive, unknown and duplicate fields are errors. Absent or null
+	// lists stay nil and [] stays empty, which the compiler relies on.
+	strict, err := sigsjson.UnmarshalStrict(j, obj)
+	if err == nil && len(strict) != 0 {
+		err = joinedErrors(strict)
+	}
+	if err != nil {
+		l.fail(loc, h, withYAMLHint(err))
+		return
+	}
+	if errs := Admit(obj); len(errs) != 0 {
+		l.fail(loc, h, FieldErrors(errs))
+		return
+	}
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
+		l.snap.Namespaces = append(l.snap.Namespaces, o)
+	case *corev1.Pod:
+		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
+		l.snap.Pods = append(l.snap.Pods, o)
+	case *corev1.Node:
+		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
+		l.snap.Nodes = append(l.snap.Nodes, o)
+	case *networkingv1.NetworkPolicy:
+		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
+		l.snap.Policies = append(l.snap.Policies, o)
+	}
+}
+
+// withYAMLHint explains the most common surprise of YAML 1.1, which
+// sigs.k8s.io/yaml (like kubectl) implements: an unquoted y, yes, on, n, no
+// or off is a boolean and an unquoted 80 a number, so "namespace: y" or a
+// label "version: 2" cannot be decoded into a string. The namespaces of the
+// upstream netpol matrix are x, y and z. The decoder's error type is
+// internal to sigs.k8s.io/json, hence the match on its text.
+func withYAMLHint(err error) error {
+	msg := err.Error()
+	if !strings.HasSuffix(msg, "of type string") {
+		return err
+	}
+	switch {
+	case strings.Contains(msg, "cannot unmarshal bool into"):
+		return fmt.Errorf("%w (an unquoted y, yes, on, n, no or off is a YAML boolean: quote it)", err)
+	case strings.Contains(msg, "cannot unmarshal number into"):
+		return fmt.Errorf("%w (quote a number meant as a string)", err)
+	}
+	return err
+}
+
+// A yamlDoc is one document of a YAML stream and the 1-based line of the
+// file on which it starts.
+type yamlDoc struct {
+	data []byte
+	line int
+}
+
+// splitYAML splits a YAML stream on "---" lines (optionally followed by
+// blanks and a comment), as kubectl does. Unlike apimachinery's YAMLReader it
+// never fails: a malformed separator stays inside its document, so only that
+// document is reported as invalid.
+func splitYAML(data []byte) []yamlDoc {
+	var docs []yamlDoc
+	start, startLine, line := 0, 1, 1
+	for off := 0; off < len(data); line++ {
+		end := bytes.IndexByte(data[off:], '\n')
+		next := len(data)
+		if end >= 0 {
+			next = off + end + 1
+		}
+		if isSeparator(data[off:next]) {
+			docs = append(docs, yamlDoc{data: data[start:off], line: startLine})
+			start, startLine = next, line+1
+		}
+		off = next
+	}
+	return append(docs, yamlDoc{data: data[start:], line: startLine})
+}
+
+func isSeparator(line []byte) bool {
+	line = bytes.TrimRight(line, "\r\n")
+	rest, ok := bytes.CutPrefix(line, []byte("---"))
+	if !ok {
+		return false
+	}
+	if len(rest) == 0 {
+		return true
+	}
+	if rest[0] != ' ' && rest[0] != '\t' {
+		return false
+	}
+	rest = bytes.TrimSpace(rest)
+	return len(rest) == 0 || rest[0] == '#'
+}
