@@ -143,7 +143,9 @@ type compiler struct {
 	problems []Problem
 
 	nsLabels map[string]labels.Set
-	pods     []*pod // every pod that can be a peer, sorted by namespace/name
+	pods     []*pod            // every pod that can be a peer, sorted by namespace/name
+	byNS     map[string][]*pod // the same pods by namespace
+	nsNames  []string          // every namespace with pods, sorted
 	local    []*pod // the pods of this node that can be targets
 	policies []*compiledPolicy
 }
@@ -193,6 +195,13 @@ func (c *compiler) index(snap *k8s.Snapshot) {
 	byKey := func(a, b *pod) int { return cmp.Compare(a.key(), b.key()) }
 	slices.SortFunc(c.pods, byKey)
 	slices.SortFunc(c.local, byKey)
+	c.byNS = map[string][]*pod{}
+	for _, pd := range c.pods {
+		if len(c.byNS[pd.namespace]) == 0 {
+			c.nsNames = append(c.nsNames, pd.namespace)
+		}
+		c.byNS[pd.namespace] = append(c.byNS[pd.namespace], pd)
+	}
 
 	for _, np := range snap.Policies {
 		if p := c.policyOf(np); p != nil {
@@ -512,17 +521,21 @@ func (c *compiler) selectPeers(policyNS string, peer networkingv1.NetworkPolicyP
 		}
 		nsSel = s
 	}
-	var out []*pod
-	for _, pd := range c.pods {
-		if nsSel == nil {
-			if pd.namespace != policyNS {
-				continue
+	namespaces := []string{policyNS}
+	if nsSel != nil {
+		namespaces = nil
+		for _, ns := range c.nsNames {
+			if nsSel.Matches(c.namespaceLabels(ns)) {
+				namespaces = append(namespaces, ns)
 			}
-		} else if !nsSel.Matches(c.namespaceLabels(pd.namespace)) {
-			continue
 		}
-		if podSel.Matches(pd.labels) {
-			out = append(out, pd)
+	}
+	var out []*pod
+	for _, ns := range namespaces {
+		for _, pd := range c.byNS[ns] {
+			if podSel.Matches(pd.labels) {
+				out = append(out, pd)
+			}
 		}
 	}
 	return out, nil
