@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/nftpolicy/nftpolicy/enforcer"
+	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// config is every flag of every subcommand, parsed in one place.
+type config struct {
+	manifests        string
+	node             string
+	netns            string
+	priority         enforcer.PrioritySetting
+	markMask         uint32
+	allowMarkOverlap bool
+	table            string
+	logLevel         zapcore.Level
+	healthAddr       string
+	poll             time.Duration
+	debounce         time.Duration
+}
+
+const usage = `usage: nftpolicy <command> [flags]
+
+commands:
+  apply    program the ruleset for this node's pods once, then exit
+  run      program the ruleset and keep it in step with the manifests
+  dump     print the ruleset apply would program, as nft text
+  cleanup  delete nftpolicy's table
+  version  print the version
+
+run 'nftpolicy <command> -h' for the flags of a command.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "nftpolicy %s\n", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "apply", "run", "dump", "cleanup":
+	default:
+		fmt.Fprintf(stderr, "nftpolicy: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	cfg, err := parseFlags(cmd, args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "nftpolicy %s: %v\n", cmd, err)
+		return 2
+	}
+	log := newLogger(stderr, cfg.logLevel)
+	defer log.Sync()
+
+	switch cmd {
+	case "dump":
+		err = dump(cfg, stdout, log)
+	case "apply":
+		err = apply(cfg, log)
+	case "run":
+		err = runDaemon(cfg, log)
+	case "cleanup":
+		err = cleanup(cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nftpolicy %s: %v\n", cmd, err)
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
+	cfg := &config{table: enforcer.DefaultTable, logLevel: zapcore.InfoLevel}
+	fs := flag.NewFlagSet("nftpolicy "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.netns, "netns", "", "network namespace to program: a name under /run/netns or a path (default: the current one)")
+	fs.Func("log-level", "debug, info, warn or error; debug logs the rendered ruleset of every sync", func(s string) error {
+		return cfg.logLevel.Set(s)
+	})
+	if cmd == "cleanup" {
+		return cfg, fs.Parse(args)
+	}
+	fs.StringVar(&cfg.manifests, "manifests", "", "directory of Kubernetes YAML/JSON manifests (Namespace, Pod, Node, NetworkPolicy)")
+	fs.StringVar(&cfg.node, "node", "", "this node's name (default: $NODE_NAME, then the hostname)")
+	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")
+	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
+	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
+	if cmd == "run" {
+		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
+		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how often to check the manifests directory for changes")
+		fs.DurationVar(&cfg.debounce, "debounce", 100*time.Millisecond, "wait this long after a change for more before syncing")
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.manifests == "" {
+		return nil, errors.New("--manifests is required")
+	}
+	if cfg.node == "" {
+		cfg.node = os.Getenv("NODE_NAME")
+	}
+	if cfg.node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--node not given, $NODE_NAME empty, and no hostname: %w", err)
+		}
+		cfg.node = h
+	}
+	if *prio == "auto" {
+		cfg.priority.Auto = true
+	} else {
+		v, err := strconv.ParseInt(*prio, 0, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--priority %q: want auto or a number", *prio)
+		}
+		cfg.priority.Value = int32(v)
+	}
+	m, err := strconv.ParseUint(*mask, 0, 32)
+	if err != nil {
+		return nil, fmt.Errorf("--mark-mask %q: %w", *mask, err)
+	}
+	cfg.markMask = uint32(m)
+	if err := enforcer.CheckMarkMask(cfg.markMask, cfg.allowMarkOverlap); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), level)
+	return zap.New(core)
+}
+
+func (c *config) options() enforcer.Options {
+	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask}
+}
+
+// load reads the manifests, logging every object it had to leave out.
+func load(cfg *config, log *zap.Logger) (*k8s.Snapshot, error) {
+	snap, objErrs, err := k8s.LoadDir(cfg.manifests)
+	if err != nil {
+		return nil, err
+	}
+	logObjectErrors(log, objErrs)
+	return snap, nil
+}
+
+func logObjectErrors(log *zap.Logger, objErrs []*k8s.ObjectError) {
+	for _, e := range objErrs {
+		log.Warn("skipped a manifest object", zap.String("at", e.Location()), zap.String("object", e.Object()), zap.Error(e.Err))
+	}
+}
+
+func dump(cfg *config, stdout io.Writer, log *zap.Logger) error {
+	snap, err := load(cfg, log)
+	if err != nil {
+		return err
+	}
+	opts := cfg.options()
+	// dump never touches the kernel: an auto priority is shown as it would
+	// be with no other chain on the hook.
+	opts.Priority = enforcer.DefaultPriority
+	if !cfg.priority.Auto {
+		opts.Priority = cfg.priority.Value
+	}
+	table, problems := enforcer.Compile(snap, opts)
+	for _, p := range problems {
+		log.Warn("skipped part of the snapshot", zap.String("object", p.Object), zap.Error(p.Err))
+	}
+	_, err = io.WriteString(stdout, nft.Render(table))
+	return err
+}
+
+func apply(cfg *config, log *zap.Logger) error {
+	snap, err := load(cfg, log)
+	if err != nil {
+		return fmt.Errorf("nothing programmed: %w", err)
+	}
+	conn, err := nft.Open(cfg.netns)
+	if err != nil {
+		return fmt.Errorf("nothing programmed: %w", err)
+	}
+	defer conn.Close()
+	s := enforcer.NewSyncer(conn, cfg.options(), cfg.priority, log)
+	if _, err := s.Sync(snap); err != nil {
+		return fmt.Errorf("nothing programmed: %w", err)
+	}
+	return nil
+}
+
+func cleanup(cfg *config) error {
+	conn, err := nft.Open(cfg.netns)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Delete(nft.FamilyInet, cfg.table)
+}
+
+// runDaemon programs the manifests and follows their changes until SIGTERM
+// or SIGINT. The table stays in the kernel when it exits: pods stay
+// protected across restarts and upgrades.
+func runDaemon(cfg *config, log *zap.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	conn, err := nft.Open(cfg.netns)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	s := enforcer.NewSyncer(conn, cfg.options(), cfg.priority, log)
+
+	if cfg.healthAddr != "" {
+		ln, err := net.Listen("tcp", cfg.healthAddr)
+		if err != nil {
+			return fmt.Errorf("--health-addr: %w", err)
+		}
+		srv := &http.Server{Handler: healthHandler(s), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		log.Info("serving health", zap.String("addr", ln.Addr().String()))
+	}
+
+	snapshots := make(chan *k8s.Snapshot)
+	go func() {
+		for u := range k8s.WatchDir(ctx, cfg.manifests, cfg.poll) {
+			if u.Err != nil {
+				log.Error("cannot read manifests; keeping the last programmed state", zap.Error(u.Err))
+				continue
+			}
+			logObjectErrors(log, u.Errors)
+			select {
+			case snapshots <- u.Snapshot:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	log.Info("running", zap.String("node", cfg.node), zap.String("manifests", cfg.manifests), zap.String("netns", cfg.netns))
+	s.Run(ctx, snapshots, cfg.debounce, time.Second)
+	log.Info("stopping; the ruleset stays programmed")
+	return nil
+}
+
+// healthHandler serves /healthz (the process is alive) and /readyz (the
+// latest sync succeeded). /readyz's body is "synced generation N", N
+// counting successful syncs, one per change of the manifests, so a test can
+// wait for the sync that follows its change instead of sleeping.
+func healthHandler(s *enforcer.Syncer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		gen, err := s.Status()
+		switch {
+		case err != nil:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "last sync failed: %s\nsynced generation %d\n", strings.TrimSpace(err.Error()), gen)
+		case gen == 0:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "not synced yet\n")
+		default:
+			fmt.Fprintf(w, "synced generation %d\n", gen)
+		}
+	})
+	return mux
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/internal/testns"
+)
+
+const clusterDir = "testdata/cluster"
+
+// nftpolicy runs the command in-process and returns its exit code, stdout
+// and stderr.
+func nftpolicy(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestIntegrationApplyMatchesDump(t *testing.T) {
+	code, dumped, stderr := nftpolicy(t, "dump", "--manifests", clusterDir, "--node", "node-1")
+	if code != 0 {
+		t.Fatalf("dump exited %d: %s", code, stderr)
+	}
+	listing := testns.AssertSameAsNft(t, "nftpolicy", func(netns string) error {
+		if code, _, stderr := nftpolicy(t, "apply", "--manifests", clusterDir, "--node", "node-1", "--netns", netns); code != 0 {
+			return fmt.Errorf("apply exited %d: %s", code, stderr)
+		}
+		return nil
+	}, dumped)
+	for _, want := range []string{
+		"chain ingress-pod-", "x/a", "chain egress-", "x/egress-to-y", "192.0.2.0/25", "2001:db8::/32",
+		"tcp dport 8000-8080", "10.244.1.1 . tcp . 80", "priority filter - 5",
+	} {
+		if !strings.Contains(listing, want) {
+			t.Errorf("nft list lacks %q:\n%s", want, listing)
+		}
+	}
+	if strings.Contains(listing, "10.244.2.2 :") {
+		t.Errorf("y/b runs on node-2 and must not be dispatched on node-1:\n%s", listing)
+	}
+}
+
+func TestIntegrationBrokenObjectsAreSkipped(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"namespaces.yaml", "pods.yaml", "policies.yaml"} {
+		copyFile(t, filepath.Join(clusterDir, f), filepath.Join(dir, f))
+	}
+	writeFile(t, filepath.Join(dir, "broken.yaml"), `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {namespace: "y", name: bad-cidr}
+spec:
+  podSelector: {}
+  ingress:
+    - from:
+        - ipBlock: {cidr: 10.0.0.0/33}
+`)
+	ns := testns.New(t, "nftpt")
+	code, _, stderr := nftpolicy(t, "apply", "--manifests", dir, "--node", "node-1", "--netns", ns)
+	if code != 0 {
+		t.Fatalf("apply exited %d with a broken object next to good ones: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "broken.yaml doc 0") || !strings.Contains(stderr, "NetworkPolicy y/bad-cidr") || !strings.Contains(stderr, "10.0.0.0/33") {
+		t.Errorf("stderr does not name the broken object, its place and its fault:\n%s", stderr)
+	}
+	listing := testns.ListTable(t, ns, "nftpolicy")
+	if !strings.Contains(listing, "x/allow-from-y") || strings.Contains(listing, "bad-cidr") {
+		t.Errorf("good policies must be programmed and the bad one left out:\n%s", listing)
+	}
+}
+
+func TestIntegrationNothingProgrammed(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"apply", "--manifests", "does-not-exist", "--node", "n"}, 1, "nothing programmed"},
+		{[]string{"apply", "--manifests", clusterDir, "--node", "n", "--netns", "nftpolicy-no-such-netns"}, 1, "nothing programmed"},
+		{[]string{"apply", "--manifests", clusterDir, "--mark-mask", "0x4000"}, 2, "kube-proxy"},
+		{[]string{"apply", "--manifests", clusterDir, "--mark-mask", "0x00030000"}, 2, "kube-router"},
+		{[]string{"apply", "--manifests", clusterDir, "--priority", "early"}, 2, "want auto or a number"},
+		{[]string{"apply"}, 2, "--manifests is required"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+	} {
+		code, _, stderr := nftpolicy(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("nftpolicy %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+}
+
+func TestIntegrationMarkOverlapAllowed(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	code, _, stderr := nftpolicy(t, "apply", "--manifests", clusterDir, "--node", "node-1", "--netns", ns,
+		"--mark-mask", "0x00100000", "--allow-mark-overlap")
+	if code != 0 {
+		t.Fatalf("apply exited %d: %s", code, stderr)
+	}
+	if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, "meta mark & 0x00100000 == 0x00100000") {
+		t.Errorf("the configured mask is not used:\n%s", listing)
+	}
+}
+
+func TestIntegrationPriorityAuto(t *testing.T) {
+	for _, tc := range []struct {
+		name, others, wantPrio string
+	}{
+		{"no other tables", "", "priority filter - 5"},
+		{"old kube-proxy at -110", forwardChain("ip", "kube-proxy", "filter-forward", -110) + forwardChain("ip6", "kube-proxy", "filter-forward", -110), "priority -111"},
+		{"kube-proxy -101 and iptables-nft", forwardChain("ip", "kube-proxy", "filter-forward", -101) + forwardChain("ip", "filter", "FORWARD", 0), "priority -102"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testns.New(t, "nftpt")
+			if tc.others != "" {
+				testns.Nft(t, ns, tc.others, "-f", "-")
+			}
+			if code, _, stderr := nftpolicy(t, "apply", "--manifests", clusterDir, "--node", "node-1", "--netns", ns); code != 0 {
+				t.Fatalf("apply exited %d: %s", code, stderr)
+			}
+			if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, tc.wantPrio) {
+				t.Errorf("want %q:\n%s", tc.wantPrio, listing)
+			}
+		})
+	}
+}
+
+func TestIntegrationExplicitPriorityWarns(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	testns.Nft(t, ns, forwardChain("ip", "kube-proxy", "filter-forward", -110), "-f", "-")
+	code, _, stderr := nftpolicy(t, "apply", "--manifests", clusterDir, "--node", "node-1", "--netns", ns, "--priority", "-110")
+	if code != 0 {
+		t.Fatalf("apply exited %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "equals that of ip kube-proxy chain filter-forward") {
+		t.Errorf("no warning for a priority equal to kube-proxy's:\n%s", stderr)
+	}
+}
+
+func TestIntegrationCleanup(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	if code, _, stderr := nftpolicy(t, "apply", "--manifests", clusterDir, "--node", "node-1", "--netns", ns); code != 0 {
+		t.Fatalf("apply: %s", stderr)
+	}
+	for i := 0; i < 2; i++ { // twice: cleanup of nothing is fine
+		if code, _, stderr := nftpolicy(t, "cleanup", "--netns", ns); code != 0 {
+			t.Fatalf("cleanup #%d exited %d: %s", i+1, code, stderr)
+		}
+	}
+	if out := testns.Nft(t, ns, "", "list", "tables"); strings.Contains(out, "nftpolicy") {
+		t.Errorf("table still there after cleanup: %s", out)
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds nftpolicy once per test process, for the tests that need a
+// real process (signals, a daemon that outlives a call).
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nftpolicy-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nftpolicy")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// A daemon is an `nftpolicy run` process.
+type daemon struct {
+	cmd    *exec.Cmd
+	health string
+	mu     sync.Mutex
+	log    bytes.Buffer
+}
+
+func startDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{health: freeAddr(t)}
+	d.cmd = exec.Command(binary(t), append([]string{"run", "--health-addr", d.health}, args...)...)
+	pr, pw := io.Pipe()
+	d.cmd.Stderr = pw
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			d.mu.Lock()
+			d.log.WriteString(sc.Text() + "\n")
+			d.mu.Unlock()
+		}
+	}()
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			d.cmd.Process.Kill()
+			d.cmd.Wait()
+		}
+		pw.Close()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.logText())
+		}
+	})
+	return d
+}
+
+func (d *daemon) logText() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.log.String()
+}
+
+// waitGeneration waits until /readyz reports a synced generation above
+// after, and returns it.
+func (d *daemon) waitGeneration(t *testing.T, after int) int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + d.health + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var gen int
+			if _, err := fmt.Sscanf(string(body), "synced generation %d", &gen); err == nil && resp.StatusCode == 200 && gen > after {
+				return gen
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no synced generation above %d within 15s", after)
+	return 0
+}
+
+func TestIntegrationRunFollowsChanges(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	dir := t.TempDir()
+	for _, f := range []string{"namespaces.yaml", "pods.yaml"} {
+		copyFile(t, filepath.Join(clusterDir, f), filepath.Join(dir, f))
+	}
+	d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", ns)
+	gen := d.waitGeneration(t, 0)
+	if listing := testns.ListTable(t, ns, "nftpolicy"); strings.Contains(listing, "chain ingress-pod-") {
+		t.Fatalf("no policy yet, but a pod chain exists:\n%s", listing)
+	}
+
+	copyFile(t, filepath.Join(clusterDir, "policies.yaml"), filepath.Join(dir, "policies.yaml"))
+	gen = d.waitGeneration(t, gen)
+	if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, "x/allow-from-y") {
+		t.Fatalf("policy added to the directory is not programmed:\n%s", listing)
+	}
+
+	// A broken edit of the only file keeps the good objects of the others.
+	writeFile(t, filepath.Join(dir, "policies.yaml"), "kind: NetworkPolicy\napiVersion: networking.k8s.io/v1\nmetadata: {name: bad, namespace: x}\nspec: {podSelector: {matchLabels: {pod: a}}, policyTypes: [Sideways]}\n")
+	gen = d.waitGeneration(t, gen)
+	if listing := testns.ListTable(t, ns, "nftpolicy"); strings.Contains(listing, "x/allow-from-y") {
+		t.Errorf("removed policy is still programmed:\n%s", listing)
+	}
+	if !strings.Contains(d.logText(), "NetworkPolicy x/bad") {
+		t.Errorf("the broken policy is not reported:\n%s", d.logText())
+	}
+
+	// SIGTERM leaves the rules in place.
+	before := testns.ListTable(t, ns, "nftpolicy")
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Wait(); err != nil {
+		t.Fatalf("daemon exit after SIGTERM: %v", err)
+	}
+	if after := testns.ListTable(t, ns, "nftpolicy"); after != before {
+		t.Errorf("SIGTERM changed the table")
+	}
+}
+
+func TestIntegrationVersion(t *testing.T) {
+	if code, out, _ := nftpolicy(t, "version"); code != 0 || !strings.HasPrefix(out, "nftpolicy ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, to, string(b))
+}
+
+// writeFile replaces a file atomically, as a config management tool would,
+// so the daemon never reads half of it.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp~"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forwardChain is nft text for another component's accept-all forward chain.
+func forwardChain(family, table, chain string, prio int) string {
+	return fmt.Sprintf("table %s %s {\n\tchain %s {\n\t\ttype filter hook forward priority %d; policy accept;\n\t}\n}\n", family, table, chain, prio)
+}
