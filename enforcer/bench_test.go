@@ -17,7 +17,11 @@ import (
 // the node under test, and policiesPerNS policies in every namespace, mixing
 // the rule shapes of real clusters: namespace + pod selectors, numeric and
 // named ports, endPort ranges and ipBlocks with excepts.
-func scaleCluster(namespaces, podsPerNS, policiesPerNS, localPods int) *k8s.Snapshot {
+//
+// With uniquePeers every policy's peers are spelled differently (an In
+// expression naming a value no pod has), so no two rules share a peer set:
+// the worst case for the compiler's peer cache.
+func scaleCluster(namespaces, podsPerNS, policiesPerNS, localPods int, uniquePeers bool) *k8s.Snapshot {
 	s := &k8s.Snapshot{}
 	localEvery := namespaces * podsPerNS / localPods
 	i := 0
@@ -49,10 +53,16 @@ func scaleCluster(namespaces, podsPerNS, policiesPerNS, localPods int) *k8s.Snap
 			if k%2 == 1 {
 				np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app-%d", k%10)}}
 			}
+			tiers := []string{fmt.Sprintf("tier-%d", k%3)}
+			if uniquePeers {
+				tiers = append(tiers, fmt.Sprintf("unique-%d-%d", n, k))
+			}
 			ingressRule(peers(
 				networkingv1.NetworkPolicyPeer{
 					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("team-%d", k%10)}},
-					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"tier": fmt.Sprintf("tier-%d", k%3)}},
+					PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+						{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: tiers},
+					}},
 				},
 				ipBlock("192.168.0.0/16", "192.168.1.0/24"),
 			), port(tcp, 443), namedPort(tcp, "http"), portRange(udp, 5000, 5100))(np)
@@ -69,11 +79,15 @@ func scaleCluster(namespaces, podsPerNS, policiesPerNS, localPods int) *k8s.Snap
 // BenchmarkCompile measures the compiler alone at 1k policies × 10k pods,
 // 100 of them local. Run: go test -run '^$' -bench Compile -benchmem ./enforcer/
 func BenchmarkCompile(b *testing.B) {
-	for _, sc := range []struct{ namespaces, pods, policies, local int }{
-		{100, 100, 10, 100}, // 1k policies, 10k pods
+	for _, sc := range []struct {
+		namespaces, pods, policies, local int
+		unique                            bool
+	}{
+		{100, 100, 10, 100, false}, // 1k policies, 10k pods, peers repeat as in real clusters
+		{100, 100, 10, 100, true},  // the same, every peer list spelled differently
 	} {
-		snap := scaleCluster(sc.namespaces, sc.pods, sc.policies, sc.local)
-		name := fmt.Sprintf("policies=%d/pods=%d/local=%d", sc.namespaces*sc.policies, sc.namespaces*sc.pods, sc.local)
+		snap := scaleCluster(sc.namespaces, sc.pods, sc.policies, sc.local, sc.unique)
+		name := fmt.Sprintf("policies=%d/pods=%d/local=%d/uniquePeers=%v", sc.namespaces*sc.policies, sc.namespaces*sc.pods, sc.local, sc.unique)
 		b.Run(name, func(b *testing.B) {
 			var table *nft.Table
 			b.ReportAllocs()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
@@ -146,8 +147,21 @@ type compiler struct {
 	pods     []*pod            // every pod that can be a peer, sorted by namespace/name
 	byNS     map[string][]*pod // the same pods by namespace
 	nsNames  []string          // every namespace with pods, sorted
-	local    []*pod // the pods of this node that can be targets
+	local    []*pod            // the pods of this node that can be targets
 	policies []*compiledPolicy
+
+	// peerCache memoizes peer sets and their ranges by what the peers say
+	// (peerKey): policies across a cluster repeat the same peers ("from the
+	// monitoring namespace"), and computing a set walks many pods.
+	peerCache map[string]*cachedPeers
+}
+
+// cachedPeers is a computed peer set and its per-family set elements, shared
+// read-only by every rule with the same peers.
+type cachedPeers struct {
+	set      *netipx.IPSet
+	err      error
+	elements map[nft.IPFamily][]nft.Element
 }
 
 // A pod is what the compiler needs of a Pod that takes part in policy.
@@ -371,7 +385,8 @@ func (c *compiler) policyChain(p *compiledPolicy, d direction) (*nft.Chain, []*n
 	for i, r := range specs {
 		where := fmt.Sprintf("%s[%d]", d.name, i)
 		comment := truncateComment(fmt.Sprintf("%s/%s %s", np.Namespace, np.Name, where))
-		peers, err := c.peerSet(np, r.peers)
+		cached := c.peers(np.Namespace, r.peers)
+		peers, err := cached.set, cached.err
 		if err != nil {
 			c.problem(policyObject(np), fmt.Errorf("spec.%s: %w (rule ignored: it allows nothing)", where, err))
 			continue
@@ -386,7 +401,7 @@ func (c *compiler) policyChain(p *compiledPolicy, d direction) (*nft.Chain, []*n
 					Comment:  truncateComment(comment + " peers"),
 					Key:      addrKey(f),
 					Interval: true,
-					Elements: rangesOf(peers, f),
+					Elements: cached.elements[f],
 				}
 				peerSetName[f] = s.Name
 				sets = append(sets, s)
@@ -453,11 +468,55 @@ func (c *compiler) policyChain(p *compiledPolicy, d direction) (*nft.Chain, []*n
 	return ch, sets
 }
 
+// peers returns the memoized peer set of a rule's peers.
+func (c *compiler) peers(policyNS string, peers []networkingv1.NetworkPolicyPeer) *cachedPeers {
+	key := peerKey(policyNS, peers)
+	if cp, ok := c.peerCache[key]; ok {
+		return cp
+	}
+	set, err := c.peerSet(policyNS, peers)
+	cp := &cachedPeers{set: set, err: err, elements: map[nft.IPFamily][]nft.Element{}}
+	if set != nil {
+		for _, f := range families {
+			cp.elements[f] = rangesOf(set, f)
+		}
+	}
+	if c.peerCache == nil {
+		c.peerCache = map[string]*cachedPeers{}
+	}
+	c.peerCache[key] = cp
+	return cp
+}
+
+// peerKey identifies what a list of peers selects. A pod selector without a
+// namespace selector means the policy's own namespace, so that namespace is
+// part of the key; otherwise peers read the same anywhere.
+func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
+	var b strings.Builder
+	for _, p := range peers {
+		switch {
+		case p.IPBlock != nil:
+			fmt.Fprintf(&b, "ip:%s-%s;", p.IPBlock.CIDR, strings.Join(p.IPBlock.Except, ","))
+		default:
+			ns := "own:" + policyNS
+			if p.NamespaceSelector != nil {
+				ns = "ns:" + metav1.FormatLabelSelector(p.NamespaceSelector)
+			}
+			pods := "all"
+			if p.PodSelector != nil {
+				pods = metav1.FormatLabelSelector(p.PodSelector)
+			}
+			fmt.Fprintf(&b, "%s|pod:%s;", ns, pods)
+		}
+	}
+	return b.String()
+}
+
 // peerSet is the union of the addresses a rule's peers allow, or nil when
 // the rule has no peers and so allows every address. Each ipBlock peer is
 // its cidr minus its own excepts before the union: one peer's except never
 // removes what another peer allows.
-func (c *compiler) peerSet(np *networkingv1.NetworkPolicy, peers []networkingv1.NetworkPolicyPeer) (*netipx.IPSet, error) {
+func (c *compiler) peerSet(policyNS string, peers []networkingv1.NetworkPolicyPeer) (*netipx.IPSet, error) {
 	if len(peers) == 0 {
 		return nil, nil
 	}
@@ -471,7 +530,7 @@ func (c *compiler) peerSet(np *networkingv1.NetworkPolicy, peers []networkingv1.
 			all.AddSet(block)
 			continue
 		}
-		pods, err := c.selectPeers(np.Namespace, peer)
+		pods, err := c.selectPeers(policyNS, peer)
 		if err != nil {
 			return nil, fmt.Errorf("from/to[%d]: %w", k, err)
 		}
