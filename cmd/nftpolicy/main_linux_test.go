@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/internal/testns"
+	"github.com/nftpolicy/nftpolicy/k8s"
 )
 
 const clusterDir = "testdata/cluster"
@@ -340,4 +341,47 @@ func writeFile(t *testing.T, path, content string) {
 // forwardChain is nft text for another component's accept-all forward chain.
 func forwardChain(family, table, chain string, prio int) string {
 	return fmt.Sprintf("table %s %s {\n\tchain %s {\n\t\ttype filter hook forward priority %d; policy accept;\n\t}\n}\n", family, table, chain, prio)
+}
+
+// TestIntegrationBrokenCorpus applies every file of the manifests source's
+// broken corpus next to a good cluster: each must be reported by file and
+// document, and every good policy of the file must still be programmed.
+func TestIntegrationBrokenCorpus(t *testing.T) {
+	files, err := filepath.Glob("../../k8s/testdata/broken/*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no broken corpus: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			alone := t.TempDir()
+			copyFile(t, file, filepath.Join(alone, filepath.Base(file)))
+			good, objErrs, err := k8s.LoadDir(alone)
+			if err != nil || len(objErrs) == 0 {
+				t.Fatalf("corpus file loads with errors %v, %v; want object errors", objErrs, err)
+			}
+
+			dir := t.TempDir()
+			for _, f := range []string{"namespaces.yaml", "pods.yaml"} {
+				copyFile(t, filepath.Join(clusterDir, f), filepath.Join(dir, f))
+			}
+			copyFile(t, file, filepath.Join(dir, "zz-"+filepath.Base(file)))
+			ns := testns.New(t, "nftpt")
+			code, _, stderr := nftpolicy(t, "apply", "--manifests", dir, "--node", "node-1", "--netns", ns)
+			if code != 0 {
+				t.Fatalf("apply exited %d: %s", code, stderr)
+			}
+			if !strings.Contains(stderr, "zz-"+filepath.Base(file)+" doc ") {
+				t.Errorf("the broken object is not reported by file and document:\n%s", stderr)
+			}
+			listing := testns.ListTable(t, ns, "nftpolicy")
+			for _, np := range good.Policies {
+				if np.Namespace != "x" { // only x has pods on node-1
+					continue
+				}
+				if !strings.Contains(listing, "-x/"+np.Name+" {") {
+					t.Errorf("good policy x/%s is not programmed:\n%s", np.Name, listing)
+				}
+			}
+		})
+	}
 }
