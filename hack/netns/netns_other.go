@@ -1,0 +1,10 @@
+//go:build !linux
+
+package netns
+
+import "errors"
+
+// inNetns needs Linux network namespaces.
+func inNetns(path string, f func()) error {
+	return errors.New("netns: network namespaces need Linux")
+}
