@@ -241,4 +241,3 @@ func TestIntegrationPacketsAheadOfOldKubeProxy(t *testing.T) {
 		t.Errorf("the kube-proxy chain saw no packet: the test did not exercise it")
 	}
 }
-
