@@ -26,7 +26,7 @@ func BenchmarkKernelApply(b *testing.B) {
 		}
 		defer conn.Close()
 		for b.Loop() {
-			if err := conn.Apply(table); err != nil {
+			if _, err := conn.Apply(table); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -19,7 +19,8 @@ func TestKernelCompiledTablesMatchNft(t *testing.T) {
 					return err
 				}
 				defer c.Close()
-				return c.Apply(table)
+				_, err = c.Apply(table)
+				return err
 			}, nft.Render(table))
 		})
 	}

@@ -27,9 +27,10 @@ type Syncer struct {
 	log      *zap.Logger
 
 	mu         sync.Mutex
-	generation uint64 // successful syncs so far
-	lastErr    error
-	lastText   string // rendered table of the last successful sync
+	generation uint64     // successful syncs so far
+	lastErr    error      // of the most recent sync
+	last       *nft.Table // as last programmed; nil before the first sync or after a failure
+	repairs    uint64     // drift found and repaired
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
@@ -50,7 +51,7 @@ type SyncResult struct {
 	Priority   int32
 	Problems   []Problem
 	Table      *nft.Table
-	Unchanged  bool // the table was already programmed; nothing was written
+	Batch      nft.BatchStats // what was written; zero when nothing changed
 }
 
 // Priority resolves the priority setting against the base chains now on the
@@ -95,31 +96,75 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 		s.log.Warn("skipped part of the snapshot", zap.String("object", p.Object), zap.Error(p.Err))
 	}
 	res := SyncResult{Priority: prio, Problems: problems, Table: table}
-	text := nft.Render(table)
 	s.mu.Lock()
-	unchanged := s.lastText != "" && text == s.lastText
+	last := s.last
 	s.mu.Unlock()
-	if unchanged {
-		res.Unchanged = true
-		return res, nil
-	}
 	start := time.Now()
-	if err := s.conn.Apply(table); err != nil {
+	// Update writes only what changed since the last sync, or the whole
+	// table when nothing is known to be programmed.
+	batch, err := s.conn.Update(last, table)
+	if err != nil {
+		// The kernel kept its previous state, which may not be last: forget
+		// it, so the next sync writes the whole table.
+		s.mu.Lock()
+		s.last = nil
+		s.mu.Unlock()
 		return res, err
 	}
+	res.Batch = batch
 	s.mu.Lock()
-	s.lastText = text
+	s.last = table
 	s.mu.Unlock()
-	s.log.Info("programmed table",
-		zap.String("table", "inet "+table.Name),
-		zap.Int32("priority", prio),
-		zap.Int("chains", len(table.Chains)),
-		zap.Int("sets", len(table.Sets)),
-		zap.Duration("apply", time.Since(start)))
-	if ce := s.log.Check(zap.DebugLevel, "ruleset"); ce != nil {
-		ce.Write(zap.String("nft", text))
+	if batch.Messages > 0 {
+		s.log.Info("programmed table",
+			zap.String("table", "inet "+table.Name),
+			zap.Int32("priority", prio),
+			zap.Bool("full", batch.Full),
+			zap.Int("messages", batch.Messages),
+			zap.Int("chainsWritten", batch.ChainsWritten),
+			zap.Int("elementsAdded", batch.ElementsAdded),
+			zap.Int("elementsDeleted", batch.ElementsDeleted),
+			zap.Duration("apply", time.Since(start)))
+		if ce := s.log.Check(zap.DebugLevel, "ruleset"); ce != nil {
+			ce.Write(zap.String("nft", nft.Render(table)))
+		}
 	}
 	return res, nil
+}
+
+// CheckDrift reads the table back from the kernel and, if it is not what
+// was last programmed (someone flushed a chain, deleted an element or the
+// whole table), writes the whole table again. It reports whether it
+// repaired anything.
+func (s *Syncer) CheckDrift() (bool, error) {
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if last == nil {
+		return false, nil
+	}
+	drift, err := s.conn.Drift(last)
+	if err != nil || drift == "" {
+		return false, err
+	}
+	s.log.Warn("ruleset drifted from what was programmed; rewriting it", zap.String("drift", drift))
+	if _, err := s.conn.Apply(last); err != nil {
+		s.mu.Lock()
+		s.last = nil
+		s.mu.Unlock()
+		return false, err
+	}
+	s.mu.Lock()
+	s.repairs++
+	s.mu.Unlock()
+	return true, nil
+}
+
+// Repairs counts the drift repairs so far.
+func (s *Syncer) Repairs() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.repairs
 }
 
 // Status reports the number of successful syncs (a sync that found the
@@ -131,31 +176,65 @@ func (s *Syncer) Status() (generation uint64, lastErr error) {
 	return s.generation, s.lastErr
 }
 
-// Run syncs every snapshot that arrives on updates until ctx ends. Updates
-// arriving within debounce of each other are coalesced into the last one; a
-// failed sync is retried after retry with the newest snapshot. Run returns
-// when ctx is done and leaves the table programmed.
-func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, debounce, retry time.Duration) {
-	var pending *k8s.Snapshot
+// Timing configures Run.
+type Timing struct {
+	// Debounce is how long Run waits after a change for more changes.
+	Debounce time.Duration
+	// MaxDelay bounds the wait from the first change of a burst to its sync,
+	// however long the burst goes on.
+	MaxDelay time.Duration
+	// Retry is the wait before a failed sync is tried again.
+	Retry time.Duration
+	// DriftCheck is the period of CheckDrift; zero disables it.
+	DriftCheck time.Duration
+}
+
+// Run syncs every snapshot that arrives on updates until ctx ends. A burst of
+// updates is coalesced into its last snapshot (see Timing); a failed sync is
+// retried with the newest snapshot. Run returns when ctx is done and leaves
+// the table programmed.
+func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing) {
+	var (
+		pending  *k8s.Snapshot
+		deadline time.Time // of the current burst
+	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var drift <-chan time.Time
+	if t.DriftCheck > 0 {
+		ticker := time.NewTicker(t.DriftCheck)
+		defer ticker.Stop()
+		drift = ticker.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case snap := <-updates:
+			now := time.Now()
+			if pending == nil {
+				deadline = now.Add(t.MaxDelay)
+			}
 			pending = snap
-			timer.Reset(debounce)
+			wait := t.Debounce
+			if t.MaxDelay > 0 && now.Add(wait).After(deadline) {
+				wait = max(deadline.Sub(now), 0)
+			}
+			timer.Reset(wait)
 		case <-timer.C:
 			if pending == nil {
 				continue
 			}
 			if _, err := s.Sync(pending); err != nil {
-				s.log.Error("sync failed; the previous table stays programmed", zap.Error(err), zap.Duration("retry", retry))
-				timer.Reset(retry)
+				s.log.Error("sync failed; the previous table stays programmed", zap.Error(err), zap.Duration("retry", t.Retry))
+				timer.Reset(t.Retry)
 				continue
 			}
 			pending = nil
+		case <-drift:
+			if _, err := s.CheckDrift(); err != nil {
+				s.log.Error("drift check failed", zap.Error(err))
+			}
 		}
 	}
 }

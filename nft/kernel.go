@@ -23,3 +23,12 @@ type TableState struct {
 	Chains map[string][]string // chain name → rule comments, in order
 	Sets   map[string]int      // set name → number of elements (interval sets count start and end elements)
 }
+
+// BatchStats counts what one batch held.
+type BatchStats struct {
+	Full            bool // the whole table was replaced
+	Messages        int  // netlink messages in the batch, without begin and end
+	ChainsWritten   int  // chains added or rewritten
+	ElementsAdded   int  // encoded set elements (an interval is two)
+	ElementsDeleted int
+}

@@ -98,25 +98,75 @@ func (c *Conn) Close() error {
 // created if missing, deleted, and written anew, and the kernel commits the
 // batch as one transaction. Packets see either the old table or the new one,
 // and if the kernel refuses any message the old table stays as it was.
-func (c *Conn) Apply(t *Table) error {
+func (c *Conn) Apply(t *Table) (BatchStats, error) {
 	if t.Family != FamilyInet {
-		return fmt.Errorf("apply table %s %s: only inet tables are supported", t.Family, t.Name)
+		return BatchStats{}, fmt.Errorf("apply table %s %s: only inet tables are supported", t.Family, t.Name)
 	}
+	b, err := c.newWriter(t.Name)
+	if err != nil {
+		return BatchStats{}, fmt.Errorf("apply table %s %s: netlink: %w", t.Family, t.Name, err)
+	}
+	b.stats.Full = true
+	b.nl.AddTable(b.table)
+	b.nl.DelTable(b.table)
+	b.nl.AddTable(b.table)
+	b.stats.Messages += 3
+	if err := b.writeTable(t); err != nil {
+		return BatchStats{}, fmt.Errorf("apply table %s %s: %w", t.Family, t.Name, err)
+	}
+	if err := b.nl.Flush(); err != nil {
+		return BatchStats{}, fmt.Errorf("apply table %s %s: kernel refused the batch: %w", t.Family, t.Name, err)
+	}
+	return b.stats, nil
+}
+
+// Update moves the kernel from old, the table as last programmed through
+// this package, to new, in one batch holding only what changed: new and
+// deleted chains and sets, rewritten chains, and added and deleted set
+// elements. When the change cannot be made in place (see Delta.Full), or old
+// is nil, it replaces the whole table as Apply does. Like Apply, a refused
+// batch changes nothing.
+func (c *Conn) Update(old, new *Table) (BatchStats, error) {
+	d := Diff(old, new)
+	if d.Full {
+		return c.Apply(new)
+	}
+	if d.Empty() {
+		return BatchStats{}, nil
+	}
+	b, err := c.newWriter(new.Name)
+	if err != nil {
+		return BatchStats{}, fmt.Errorf("update table inet %s: netlink: %w", new.Name, err)
+	}
+	if err := b.writeDelta(d, new); err != nil {
+		return BatchStats{}, fmt.Errorf("update table inet %s: %w", new.Name, err)
+	}
+	if err := b.nl.Flush(); err != nil {
+		return BatchStats{}, fmt.Errorf("update table inet %s: kernel refused the batch: %w", new.Name, err)
+	}
+	return b.stats, nil
+}
+
+// A writer queues one batch.
+type writer struct {
+	nl     *nftables.Conn
+	table  *nftables.Table
+	chains map[string]*nftables.Chain
+	sets   map[string]*nftables.Set
+	stats  BatchStats
+}
+
+func (c *Conn) newWriter(table string) (*writer, error) {
 	nl, err := c.newBatch()
 	if err != nil {
-		return fmt.Errorf("apply table %s %s: netlink: %w", t.Family, t.Name, err)
+		return nil, err
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: t.Name}
-	nl.AddTable(table)
-	nl.DelTable(table)
-	nl.AddTable(table)
-	if err := encodeTable(nl, table, t); err != nil {
-		return fmt.Errorf("apply table %s %s: %w", t.Family, t.Name, err)
-	}
-	if err := nl.Flush(); err != nil {
-		return fmt.Errorf("apply table %s %s: kernel refused the batch: %w", t.Family, t.Name, err)
-	}
-	return nil
+	return &writer{
+		nl:     nl,
+		table:  &nftables.Table{Family: nftables.TableFamilyINet, Name: table},
+		chains: map[string]*nftables.Chain{},
+		sets:   map[string]*nftables.Set{},
+	}, nil
 }
 
 // Delete removes the table. A table that does not exist is not an error.
@@ -139,44 +189,110 @@ func (c *Conn) Delete(family Family, name string) error {
 	return nil
 }
 
-func encodeTable(nl *nftables.Conn, table *nftables.Table, t *Table) error {
-	chains := make(map[string]*nftables.Chain, len(t.Chains))
+// writeTable queues every chain, set and rule of t into a table that the
+// batch has just (re)created.
+func (b *writer) writeTable(t *Table) error {
 	for _, ch := range t.Chains {
-		nc := &nftables.Chain{Name: ch.Name, Table: table}
-		if h := ch.Hook; h != nil {
-			hook, err := hookNum(h.Hook)
-			if err != nil {
-				return fmt.Errorf("chain %s: %w", ch.Name, err)
-			}
-			prio := nftables.ChainPriority(h.Priority)
-			policy := nftables.ChainPolicyAccept
-			if h.Policy == Drop {
-				policy = nftables.ChainPolicyDrop
-			}
-			nc.Hooknum, nc.Priority, nc.Type, nc.Policy = hook, &prio, nftables.ChainType(h.Type), &policy
+		if err := b.addChain(ch); err != nil {
+			return err
 		}
-		chains[ch.Name] = nl.AddChain(nc)
 	}
-	sets := make(map[string]*nftables.Set, len(t.Sets))
 	for _, s := range t.Sets {
-		ns, err := addSet(nl, table, s)
-		if err != nil {
+		if err := b.addSet(s); err != nil {
 			return fmt.Errorf("set %s: %w", s.Name, err)
 		}
-		sets[s.Name] = ns
 	}
 	for _, ch := range t.Chains {
-		for i, r := range ch.Rules {
-			exprs, err := encodeRule(r, sets)
-			if err != nil {
-				return fmt.Errorf("chain %s rule %d (%s): %w", ch.Name, i, RenderRule(r), err)
-			}
-			nr := &nftables.Rule{Table: table, Chain: chains[ch.Name], Exprs: exprs}
-			if r.Comment != "" {
-				nr.UserData = userdata.AppendString(nil, userdata.TypeComment, r.Comment)
-			}
-			nl.AddRule(nr)
+		if err := b.addRules(ch); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// writeDelta queues the change d, in an order the kernel accepts within one
+// transaction: chains before the elements and rules that jump to them,
+// element deletions and chain flushes before the chains and sets they
+// referenced are deleted.
+func (b *writer) writeDelta(d *Delta, new *Table) error {
+	for _, s := range new.Sets {
+		// Existing sets are named in lookups and element messages by name.
+		b.sets[s.Name] = &nftables.Set{Table: b.table, Name: s.Name, KeyType: keyDatatype(s.Key), IsMap: s.Verdict, Interval: s.Interval}
+	}
+	for _, ch := range d.AddChains {
+		if err := b.addChain(ch); err != nil {
+			return err
+		}
+	}
+	for _, s := range d.AddSets {
+		if err := b.addSet(s); err != nil {
+			return fmt.Errorf("set %s: %w", s.Name, err)
+		}
+	}
+	for _, u := range d.UpdateSets {
+		if err := b.updateElements(u.Old, u.New); err != nil {
+			return fmt.Errorf("set %s: %w", u.New.Name, err)
+		}
+	}
+	for _, ch := range d.RewriteChains {
+		nc := &nftables.Chain{Name: ch.Name, Table: b.table}
+		b.chains[ch.Name] = nc
+		b.nl.FlushChain(nc)
+		b.stats.Messages++
+		if err := b.addRules(ch); err != nil {
+			return err
+		}
+	}
+	for _, ch := range d.AddChains {
+		if err := b.addRules(ch); err != nil {
+			return err
+		}
+	}
+	for _, name := range d.DeleteChains {
+		nc := &nftables.Chain{Name: name, Table: b.table}
+		b.nl.FlushChain(nc)
+		b.nl.DelChain(nc)
+		b.stats.Messages += 2
+	}
+	for _, name := range d.DeleteSets {
+		b.nl.DelSet(&nftables.Set{Table: b.table, Name: name})
+		b.stats.Messages++
+	}
+	return nil
+}
+
+func (b *writer) addChain(ch *Chain) error {
+	nc := &nftables.Chain{Name: ch.Name, Table: b.table}
+	if h := ch.Hook; h != nil {
+		hook, err := hookNum(h.Hook)
+		if err != nil {
+			return fmt.Errorf("chain %s: %w", ch.Name, err)
+		}
+		prio := nftables.ChainPriority(h.Priority)
+		policy := nftables.ChainPolicyAccept
+		if h.Policy == Drop {
+			policy = nftables.ChainPolicyDrop
+		}
+		nc.Hooknum, nc.Priority, nc.Type, nc.Policy = hook, &prio, nftables.ChainType(h.Type), &policy
+	}
+	b.chains[ch.Name] = b.nl.AddChain(nc)
+	b.stats.Messages++
+	b.stats.ChainsWritten++
+	return nil
+}
+
+func (b *writer) addRules(ch *Chain) error {
+	for i, r := range ch.Rules {
+		exprs, err := encodeRule(r, b.sets)
+		if err != nil {
+			return fmt.Errorf("chain %s rule %d (%s): %w", ch.Name, i, RenderRule(r), err)
+		}
+		nr := &nftables.Rule{Table: b.table, Chain: b.chains[ch.Name], Exprs: exprs}
+		if r.Comment != "" {
+			nr.UserData = userdata.AppendString(nil, userdata.TypeComment, r.Comment)
+		}
+		b.nl.AddRule(nr)
+		b.stats.Messages++
 	}
 	return nil
 }
@@ -202,25 +318,29 @@ var (
 	typeIPv6ProtoPort = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService)
 )
 
-func addSet(nl *nftables.Conn, table *nftables.Table, s *Set) (*nftables.Set, error) {
+func keyDatatype(k KeyType) nftables.SetDatatype {
+	switch k {
+	case KeyIPv6:
+		return nftables.TypeIP6Addr
+	case KeyIPv4ProtoPort:
+		return typeIPv4ProtoPort
+	case KeyIPv6ProtoPort:
+		return typeIPv6ProtoPort
+	}
+	return nftables.TypeIPAddr
+}
+
+func (b *writer) addSet(s *Set) error {
+	if s.Key < KeyIPv4 || s.Key > KeyIPv6ProtoPort {
+		return fmt.Errorf("unknown key type %d", s.Key)
+	}
 	ns := &nftables.Set{
-		Table:        table,
+		Table:        b.table,
 		Name:         s.Name,
 		Comment:      s.Comment,
 		Interval:     s.Interval,
 		KeyByteOrder: binaryutil.BigEndian,
-	}
-	switch s.Key {
-	case KeyIPv4:
-		ns.KeyType = nftables.TypeIPAddr
-	case KeyIPv6:
-		ns.KeyType = nftables.TypeIP6Addr
-	case KeyIPv4ProtoPort:
-		ns.KeyType = typeIPv4ProtoPort
-	case KeyIPv6ProtoPort:
-		ns.KeyType = typeIPv6ProtoPort
-	default:
-		return nil, fmt.Errorf("unknown key type %d", s.Key)
+		KeyType:      keyDatatype(s.Key),
 	}
 	if s.Verdict {
 		ns.IsMap = true
@@ -228,23 +348,90 @@ func addSet(nl *nftables.Conn, table *nftables.Table, s *Set) (*nftables.Set, er
 	}
 	elems, err := encodeElements(s)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := nl.AddSet(ns, nil); err != nil {
-		return nil, err
+	if err := b.nl.AddSet(ns, nil); err != nil {
+		return err
 	}
+	b.sets[s.Name] = ns
+	b.stats.Messages++
+	return b.elements(ns, elems, true)
+}
+
+// updateElements queues the difference between the encoded elements of two
+// versions of a set. Diffing the encoded form handles interval sets
+// exactly: a range is a start and an end element, and the leading end
+// element at the zero address comes and goes with the first range.
+func (b *writer) updateElements(old, new *Set) error {
+	before, err := encodeElements(old)
+	if err != nil {
+		return err
+	}
+	after, err := encodeElements(new)
+	if err != nil {
+		return err
+	}
+	had := map[string]bool{}
+	for _, e := range before {
+		had[elementID(e)] = true
+	}
+	has := map[string]bool{}
+	var add []nftables.SetElement
+	for _, e := range after {
+		id := elementID(e)
+		has[id] = true
+		if !had[id] {
+			add = append(add, e)
+		}
+	}
+	var del []nftables.SetElement
+	for _, e := range before {
+		if !has[elementID(e)] {
+			del = append(del, e)
+		}
+	}
+	ns := b.sets[new.Name]
+	if err := b.elements(ns, del, false); err != nil {
+		return err
+	}
+	return b.elements(ns, add, true)
+}
+
+func elementID(e nftables.SetElement) string {
+	id := string(e.Key)
+	if e.IntervalEnd {
+		id += "/end"
+	}
+	if v := e.VerdictData; v != nil {
+		id += fmt.Sprintf("/%d:%s", v.Kind, v.Chain)
+	}
+	return id
+}
+
+// elements queues additions (or deletions) in messages of at most
+// elementsPerMessage elements.
+func (b *writer) elements(ns *nftables.Set, elems []nftables.SetElement, add bool) error {
 	for len(elems) > 0 {
 		n := min(len(elems), elementsPerMessage)
 		// Interval sets must not split a start from its end element.
-		if s.Interval && n < len(elems) && elems[n].IntervalEnd {
+		if ns.Interval && n < len(elems) && elems[n].IntervalEnd {
 			n++
 		}
-		if err := nl.SetAddElements(ns, elems[:n]); err != nil {
-			return nil, err
+		var err error
+		if add {
+			err = b.nl.SetAddElements(ns, elems[:n])
+			b.stats.ElementsAdded += n
+		} else {
+			err = b.nl.SetDeleteElements(ns, elems[:n])
+			b.stats.ElementsDeleted += n
 		}
+		if err != nil {
+			return err
+		}
+		b.stats.Messages++
 		elems = elems[n:]
 	}
-	return ns, nil
+	return nil
 }
 
 // encodeElements turns model elements into netlink set elements. Interval
@@ -539,4 +726,52 @@ func (c *Conn) ReadTable(name string) (*TableState, error) {
 		st.Sets[s.Name] = len(elems)
 	}
 	return st, nil
+}
+
+// Drift compares the table in the kernel with t, the table last programmed,
+// and describes the first difference found, or returns "" when they agree.
+// It compares what the reader sees: chains, the comments of their rules in
+// order, sets and their element counts. A missing table is drift too.
+func (c *Conn) Drift(t *Table) (string, error) {
+	got, err := c.ReadTable(t.Name)
+	if errors.Is(err, ErrNoTable) {
+		return "table inet " + t.Name + " is gone", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if len(got.Chains) != len(t.Chains) {
+		return fmt.Sprintf("%d chains in the kernel, %d programmed", len(got.Chains), len(t.Chains)), nil
+	}
+	for _, ch := range t.Chains {
+		comments, ok := got.Chains[ch.Name]
+		if !ok {
+			return "chain " + ch.Name + " is missing", nil
+		}
+		if len(comments) != len(ch.Rules) {
+			return fmt.Sprintf("chain %s holds %d rules, %d programmed", ch.Name, len(comments), len(ch.Rules)), nil
+		}
+		for i, r := range ch.Rules {
+			if comments[i] != r.Comment {
+				return fmt.Sprintf("chain %s rule %d is not the one programmed", ch.Name, i), nil
+			}
+		}
+	}
+	if len(got.Sets) != len(t.Sets) {
+		return fmt.Sprintf("%d sets in the kernel, %d programmed", len(got.Sets), len(t.Sets)), nil
+	}
+	for _, s := range t.Sets {
+		n, ok := got.Sets[s.Name]
+		if !ok {
+			return "set " + s.Name + " is missing", nil
+		}
+		want, err := encodeElements(s)
+		if err != nil {
+			return "", err
+		}
+		if n != len(want) {
+			return fmt.Sprintf("set %s holds %d elements, %d programmed", s.Name, n, len(want)), nil
+		}
+	}
+	return "", nil
 }

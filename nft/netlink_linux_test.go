@@ -66,7 +66,8 @@ func TestKernelApplyMatchesNft(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		return c.Apply(table)
+		_, err = c.Apply(table)
+		return err
 	}, Render(table))
 }
 
@@ -77,7 +78,7 @@ func TestKernelApplyReplacesAtomically(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Apply(sampleTable()); err != nil {
+	if _, err := c.Apply(sampleTable()); err != nil {
 		t.Fatal(err)
 	}
 	before := testns.Nft(t, ns, "", "list", "table", "inet", "nftpolicy")
@@ -86,13 +87,13 @@ func TestKernelApplyReplacesAtomically(t *testing.T) {
 	// batch (ENOENT); the table programmed before must survive untouched.
 	broken := sampleTable()
 	broken.Chains[1].Rules = append(broken.Chains[1].Rules, Rule{Exprs: []Expr{Verdict{Kind: Jump, Chain: "no-such-chain"}}})
-	if err := c.Apply(broken); err == nil {
+	if _, err := c.Apply(broken); err == nil {
 		t.Fatal("Apply of a table jumping to a missing chain succeeded")
 	}
 	// An encoding error (a set the rule names is missing) never reaches the kernel.
 	broken = sampleTable()
 	broken.Sets = broken.Sets[1:]
-	if err := c.Apply(broken); err == nil || !strings.Contains(err.Error(), "peers-v4") {
+	if _, err := c.Apply(broken); err == nil || !strings.Contains(err.Error(), "peers-v4") {
 		t.Fatalf("Apply with a missing set: got %v, want an error naming the set", err)
 	}
 	if after := testns.Nft(t, ns, "", "list", "table", "inet", "nftpolicy"); after != before {
@@ -140,7 +141,7 @@ func TestKernelLargeSetsAreChunked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Apply(table); err != nil {
+	if _, err := c.Apply(table); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.ReadTable("nftpolicy")

@@ -21,13 +21,19 @@ func Open(netns string) (*Conn, error) { return nil, ErrUnsupported }
 func (c *Conn) Close() error { return nil }
 
 // Apply fails off Linux.
-func (c *Conn) Apply(t *Table) error { return ErrUnsupported }
+func (c *Conn) Apply(t *Table) (BatchStats, error) { return BatchStats{}, ErrUnsupported }
+
+// Update fails off Linux.
+func (c *Conn) Update(old, new *Table) (BatchStats, error) { return BatchStats{}, ErrUnsupported }
 
 // Delete fails off Linux.
 func (c *Conn) Delete(family Family, name string) error { return ErrUnsupported }
 
 // BaseChains fails off Linux.
 func (c *Conn) BaseChains(hook string) ([]BaseChain, error) { return nil, ErrUnsupported }
+
+// Drift fails off Linux.
+func (c *Conn) Drift(t *Table) (string, error) { return "", ErrUnsupported }
 
 // ReadTable fails off Linux.
 func (c *Conn) ReadTable(name string) (*TableState, error) { return nil, ErrUnsupported }

@@ -41,6 +41,8 @@ type config struct {
 	healthAddr       string
 	poll             time.Duration
 	debounce         time.Duration
+	maxDelay         time.Duration
+	driftCheck       time.Duration
 }
 
 const usage = `usage: nftpolicy <command> [flags]
@@ -121,6 +123,8 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how often to check the manifests directory for changes")
 		fs.DurationVar(&cfg.debounce, "debounce", 100*time.Millisecond, "wait this long after a change for more before syncing")
+		fs.DurationVar(&cfg.maxDelay, "max-delay", time.Second, "sync at most this long after the first change of a burst")
+		fs.DurationVar(&cfg.driftCheck, "drift-check", 30*time.Second, "how often to read the table back and repair it if it drifted (0: never)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -275,7 +279,9 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		}
 	}()
 	log.Info("running", zap.String("node", cfg.node), zap.String("manifests", cfg.manifests), zap.String("netns", cfg.netns))
-	s.Run(ctx, snapshots, cfg.debounce, time.Second)
+	s.Run(ctx, snapshots, enforcer.Timing{
+		Debounce: cfg.debounce, MaxDelay: cfg.maxDelay, Retry: time.Second, DriftCheck: cfg.driftCheck,
+	})
 	log.Info("stopping; the ruleset stays programmed")
 	return nil
 }

@@ -1,0 +1,98 @@
+package enforcer
+
+import (
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nftpolicy/nftpolicy/internal/testns"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+func newTestSyncer(t *testing.T) (*Syncer, string) {
+	t.Helper()
+	ns := testns.New(t, "nftpt")
+	conn, err := nft.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return NewSyncer(conn, Options{Node: testNode}, PrioritySetting{Auto: true}, zap.NewNop()), ns
+}
+
+// A pod label change must reach the kernel as a batch of the elements it
+// changes, not as the whole ruleset.
+func TestKernelLabelChangeIsSmallBatch(t *testing.T) {
+	s, ns := newTestSyncer(t)
+	snap := scaleCluster(20, 50, 5, 40, false) // 100 policies, 1000 pods
+	first, err := s.Sync(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Batch.Full || first.Batch.Messages < 500 {
+		t.Fatalf("first sync: %+v, want a full batch of the whole table", first.Batch)
+	}
+
+	// A remote pod of ns-0 leaves tier-0, which the policy-0 of every
+	// namespace allows from team-0 namespaces: it leaves all those peer sets.
+	changed := *snap
+	changed.Pods = append([]*corev1.Pod(nil), snap.Pods...)
+	p := snap.Pods[3].DeepCopy()
+	if p.Labels["tier"] != "tier-0" || p.Spec.NodeName == testNode {
+		t.Fatalf("fixture changed: pod %s/%s is %v on %s", p.Namespace, p.Name, p.Labels, p.Spec.NodeName)
+	}
+	p.Labels["tier"] = "tier-1"
+	changed.Pods[3] = p
+	res, err := s.Sync(&changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := res.Batch
+	t.Logf("full batch: %d messages; label change: %d messages, %d elements added, %d deleted, %d chains written",
+		first.Batch.Messages, b.Messages, b.ElementsAdded, b.ElementsDeleted, b.ChainsWritten)
+	if b.Full || b.ChainsWritten != 0 || b.ElementsDeleted == 0 {
+		t.Errorf("label change batch %+v: want element changes only", b)
+	}
+	// Each set whose elements changed gets at most one delete and one add
+	// message, and nothing else is written.
+	touched := len(nft.Diff(first.Table, res.Table).UpdateSets)
+	if touched == 0 || b.Messages > 2*touched || b.Messages*20 > first.Batch.Messages {
+		t.Errorf("label change took %d messages for %d changed sets (full table: %d)", b.Messages, touched, first.Batch.Messages)
+	}
+	if d, err := s.conn.Drift(res.Table); err != nil || d != "" {
+		t.Errorf("after the update: drift %q, %v", d, err)
+	}
+	oracle := testns.New(t, "nftpt")
+	testns.Nft(t, oracle, nft.Render(res.Table), "-f", "-")
+	if got, want := testns.ListTable(t, ns, "nftpolicy"), testns.ListTable(t, oracle, "nftpolicy"); got != want {
+		t.Errorf("kernel after the label change differs from nft -f of the compiled table")
+	}
+
+	// The same snapshot again writes nothing.
+	again, err := s.Sync(&changed)
+	if err != nil || again.Batch.Messages != 0 {
+		t.Errorf("resync of an unchanged snapshot: %+v, %v", again.Batch, err)
+	}
+}
+
+func TestKernelDriftIsRepaired(t *testing.T) {
+	s, ns := newTestSyncer(t)
+	if _, err := s.Sync(cluster(policy("x", "deny", denyIngress))); err != nil {
+		t.Fatal(err)
+	}
+	if repaired, err := s.CheckDrift(); err != nil || repaired {
+		t.Fatalf("CheckDrift on an untouched table: %v, %v", repaired, err)
+	}
+	testns.Nft(t, ns, "", "flush", "map", "inet", "nftpolicy", "ingress-pods-v4")
+	if repaired, err := s.CheckDrift(); err != nil || !repaired {
+		t.Fatalf("CheckDrift after a flushed map: %v, %v", repaired, err)
+	}
+	if s.Repairs() != 1 {
+		t.Errorf("Repairs = %d, want 1", s.Repairs())
+	}
+	if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, "10.0.1.1 : jump ingress-pod-") {
+		t.Errorf("the map was not repaired:\n%s", listing)
+	}
+}

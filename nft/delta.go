@@ -1,0 +1,96 @@
+package nft
+
+import (
+	"reflect"
+	"slices"
+)
+
+// A Delta is what changes between two versions of a table: the chains and
+// sets to add, delete or rewrite. Set elements are diffed when the delta is
+// applied, on their encoded form.
+type Delta struct {
+	// Full reports a change that an in-place update cannot express (a base
+	// chain's hook or priority, a set's type or flags): the table must be
+	// replaced as a whole. The other fields are empty then.
+	Full   bool
+	Reason string
+
+	AddChains     []*Chain // new chains, with their rules
+	RewriteChains []*Chain // existing chains whose rules changed: flushed and refilled
+	DeleteChains  []string
+	AddSets       []*Set // new sets, with their elements
+	UpdateSets    []SetUpdate
+	DeleteSets    []string
+}
+
+// A SetUpdate pairs the programmed and the desired version of a set whose
+// elements differ.
+type SetUpdate struct{ Old, New *Set }
+
+// Empty reports whether the delta changes nothing.
+func (d *Delta) Empty() bool {
+	return !d.Full && len(d.AddChains)+len(d.RewriteChains)+len(d.DeleteChains)+
+		len(d.AddSets)+len(d.UpdateSets)+len(d.DeleteSets) == 0
+}
+
+// Diff computes the delta from old, the table as last programmed, to new. A
+// nil old means nothing is programmed: the delta is Full.
+func Diff(old, new *Table) *Delta {
+	if old == nil {
+		return &Delta{Full: true, Reason: "nothing programmed yet"}
+	}
+	if old.Family != new.Family || old.Name != new.Name {
+		return &Delta{Full: true, Reason: "another table"}
+	}
+	d := &Delta{}
+	oldChains := map[string]*Chain{}
+	for _, c := range old.Chains {
+		oldChains[c.Name] = c
+	}
+	newChains := map[string]bool{}
+	for _, c := range new.Chains {
+		newChains[c.Name] = true
+		o, ok := oldChains[c.Name]
+		switch {
+		case !ok:
+			d.AddChains = append(d.AddChains, c)
+		case !reflect.DeepEqual(o.Hook, c.Hook):
+			return &Delta{Full: true, Reason: "base chain " + c.Name + " changed its hook or priority"}
+		case !slices.EqualFunc(o.Rules, c.Rules, rulesEqual):
+			d.RewriteChains = append(d.RewriteChains, c)
+		}
+	}
+	for _, c := range old.Chains {
+		if !newChains[c.Name] {
+			d.DeleteChains = append(d.DeleteChains, c.Name)
+		}
+	}
+
+	oldSets := map[string]*Set{}
+	for _, s := range old.Sets {
+		oldSets[s.Name] = s
+	}
+	newSets := map[string]bool{}
+	for _, s := range new.Sets {
+		newSets[s.Name] = true
+		o, ok := oldSets[s.Name]
+		switch {
+		case !ok:
+			d.AddSets = append(d.AddSets, s)
+		case o.Key != s.Key || o.Interval != s.Interval || o.Verdict != s.Verdict || o.Comment != s.Comment:
+			return &Delta{Full: true, Reason: "set " + s.Name + " changed its type, flags or comment"}
+		case !slices.Equal(o.Elements, s.Elements):
+			d.UpdateSets = append(d.UpdateSets, SetUpdate{Old: o, New: s})
+		}
+	}
+	for _, s := range old.Sets {
+		if !newSets[s.Name] {
+			d.DeleteSets = append(d.DeleteSets, s.Name)
+		}
+	}
+	return d
+}
+
+func rulesEqual(a, b Rule) bool {
+	return a.Comment == b.Comment && slices.Equal(a.Exprs, b.Exprs)
+}

@@ -1,0 +1,191 @@
+package nft
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/nftpolicy/nftpolicy/internal/testns"
+)
+
+// clone deep-copies a table so a step can change it freely.
+func clone(t *Table) *Table {
+	out := &Table{Family: t.Family, Name: t.Name}
+	for _, s := range t.Sets {
+		c := *s
+		c.Elements = slices.Clone(s.Elements)
+		out.Sets = append(out.Sets, &c)
+	}
+	for _, ch := range t.Chains {
+		c := *ch
+		c.Rules = slices.Clone(ch.Rules)
+		out.Chains = append(out.Chains, &c)
+	}
+	return out
+}
+
+func setNamed(t *Table, name string) *Set {
+	for _, s := range t.Sets {
+		if s.Name == name {
+			return s
+		}
+	}
+	panic("no set " + name)
+}
+
+func chainNamed(t *Table, name string) *Chain {
+	for _, c := range t.Chains {
+		if c.Name == name {
+			return c
+		}
+	}
+	panic("no chain " + name)
+}
+
+// TestKernelUpdate walks a table through a series of changes with Update,
+// each in one batch, and after every step requires the kernel to list
+// exactly what nft -f of the whole desired table lists, and Drift to find
+// nothing.
+func TestKernelUpdate(t *testing.T) {
+	a := netip.MustParseAddr
+	steps := []struct {
+		name     string
+		change   func(*Table)
+		wantFull bool
+	}{
+		{"no change", func(*Table) {}, false},
+		{"add an address to an interval set", func(t *Table) {
+			s := setNamed(t, "peers-v4")
+			s.Elements = append(s.Elements, Element{Addr: a("10.3.0.1")})
+		}, false},
+		{"grow a range and drop another", func(t *Table) {
+			s := setNamed(t, "peers-v4")
+			s.Elements = []Element{
+				{Addr: a("10.0.0.0"), Last: a("10.0.1.255")},
+				{Addr: a("10.1.0.1")},
+				{Addr: a("10.3.0.1")},
+				{Addr: a("10.255.255.255"), Last: a("255.255.255.255")},
+			}
+		}, false},
+		{"first range starts at zero", func(t *Table) {
+			s := setNamed(t, "peers-v4")
+			s.Elements = append([]Element{{Addr: a("0.0.0.0"), Last: a("1.0.0.0")}}, s.Elements...)
+		}, false},
+		{"empty an interval set", func(t *Table) { setNamed(t, "peers-v6").Elements = nil }, false},
+		{"named-port elements", func(t *Table) {
+			s := setNamed(t, "np-v4")
+			s.Elements = []Element{{Addr: a("10.0.0.2"), Proto: ProtoUDP, Port: 53}, {Addr: a("10.0.0.1"), Proto: ProtoTCP, Port: 8080}}
+		}, false},
+		{"new chain and a map element jumping to it", func(t *Table) {
+			t.Chains = append(t.Chains, &Chain{Name: "pod-x/b", Rules: []Rule{{Exprs: []Expr{Verdict{Kind: Drop}}}}})
+			s := setNamed(t, "pods-v4")
+			s.Elements = append(s.Elements, Element{Addr: a("10.0.0.2"), Verdict: Verdict{Kind: Jump, Chain: "pod-x/b"}})
+		}, false},
+		{"map element changes its verdict", func(t *Table) {
+			s := setNamed(t, "pods-v4")
+			s.Elements[0].Verdict.Chain = "pod-x/b"
+		}, false},
+		{"rewrite a chain", func(t *Table) {
+			c := chainNamed(t, "np-x/allow")
+			c.Rules = c.Rules[1:]
+		}, false},
+		{"new set used by a rewritten chain", func(t *Table) {
+			t.Sets = append(t.Sets, &Set{Name: "extra-v6", Key: KeyIPv6, Interval: true, Elements: []Element{{Addr: a("fd00::"), Last: a("fd00::ff")}}})
+			c := chainNamed(t, "pod-x/b")
+			c.Rules = append([]Rule{{Exprs: []Expr{AddrInSet{Family: IPv6, Field: Saddr, Set: "extra-v6"}, Verdict{Kind: Return}}}}, c.Rules...)
+		}, false},
+		{"delete the chain pod-x/a and its map element", func(t *Table) {
+			t.Chains = slices.DeleteFunc(t.Chains, func(c *Chain) bool { return c.Name == "pod-x/a" })
+			c := chainNamed(t, "np-x/allow")
+			c.Rules = slices.DeleteFunc(c.Rules, func(r Rule) bool {
+				return slices.Contains(r.Exprs, Expr(Verdict{Kind: Goto, Chain: "pod-x/a"}))
+			})
+			s := setNamed(t, "pods-v4")
+			s.Elements = slices.DeleteFunc(s.Elements, func(e Element) bool { return e.Verdict.Chain == "pod-x/a" })
+		}, false},
+		{"delete a set no rule uses", func(t *Table) {
+			t.Sets = slices.DeleteFunc(t.Sets, func(s *Set) bool { return s.Name == "plain-v4" })
+			c := chainNamed(t, "np-x/allow")
+			c.Rules = slices.DeleteFunc(c.Rules, func(r Rule) bool {
+				return slices.Contains(r.Exprs, Expr(AddrInSet{Family: IPv4, Field: Daddr, Set: "plain-v4"}))
+			})
+		}, false},
+		{"change the base chain priority", func(t *Table) { chainNamed(t, "filter-forward").Hook.Priority = -20 }, true},
+	}
+
+	ns := testns.New(t, "nftpt")
+	c, err := Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cur := sampleTable()
+	chainNamed(cur, "pod-x/a").Rules[2] = Rule{Exprs: []Expr{Verdict{Kind: Jump, Chain: "np-x/allow"}}}
+	if _, err := c.Apply(cur); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range steps {
+		next := clone(cur)
+		// Hooks are pointers: copy the one a step may change.
+		for _, ch := range next.Chains {
+			if ch.Hook != nil {
+				h := *ch.Hook
+				ch.Hook = &h
+			}
+		}
+		step.change(next)
+		stats, err := c.Update(cur, next)
+		if err != nil {
+			t.Fatalf("%s: Update: %v", step.name, err)
+		}
+		if stats.Full != step.wantFull {
+			t.Errorf("%s: full replace = %v, want %v", step.name, stats.Full, step.wantFull)
+		}
+		oracle := testns.New(t, "nftpt")
+		testns.Nft(t, oracle, Render(next), "-f", "-")
+		if got, want := testns.ListTable(t, ns, next.Name), testns.ListTable(t, oracle, next.Name); got != want {
+			t.Fatalf("%s: kernel after Update differs from nft -f of the desired table\n--- nft -f:\n%s\n--- Update:\n%s", step.name, want, got)
+		}
+		if d, err := c.Drift(next); err != nil || d != "" {
+			t.Errorf("%s: Drift = %q, %v; want none", step.name, d, err)
+		}
+		cur = next
+	}
+}
+
+func TestKernelDrift(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tamper  string
+		wantAny bool
+	}{
+		{"untouched", "", false},
+		{"chain flushed", "flush chain inet nftpolicy np-x/allow", true},
+		{"element deleted", "delete element inet nftpolicy np-v4 { 10.0.0.1 . tcp . 8080 }", true},
+		{"rule added", "add rule inet nftpolicy leaf accept", true},
+		{"table deleted", "delete table inet nftpolicy", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testns.New(t, "nftpt")
+			c, err := Open(ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			table := sampleTable()
+			if _, err := c.Apply(table); err != nil {
+				t.Fatal(err)
+			}
+			if tc.tamper != "" {
+				testns.Nft(t, ns, "", tc.tamper)
+			}
+			d, err := c.Drift(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (d != "") != tc.wantAny {
+				t.Errorf("Drift = %q, want drift: %v", d, tc.wantAny)
+			}
+		})
+	}
+}
