@@ -1,5 +1,51 @@
 #!/usr/bin/env bash
-# Benchmarks, not tests: report, never assert on time.
+# Benchmarks, not tests: they report, never assert on time. Figures are
+# ratios against a baseline measured in the same run (these machines are
+# shared and noisy). Needs root for the kernel parts.
+#
+#   make bench                 # compiler benchmarks and full-program table
+#   SCALES="100x100x10" make bench   # namespaces x pods-per-ns x policies-per-ns
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
+hack/deps.sh
+command -v /usr/bin/time >/dev/null || { apt-get install -y -qq time >/dev/null; }
+
+echo "== compiler and applier (go test -bench)"
 go test -run '^$' -bench . -benchmem -benchtime "${BENCHTIME:-3x}" ./enforcer/
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"; for n in $(ip netns list | awk "/^nftbench-/{print \$1}"); do ip netns del "$n"; done' EXIT
+go build -o "$work/nftpolicy" ./cmd/nftpolicy
+go build -o "$work/gen" ./hack/bench/gen
+
+# measure CMD...: prints "seconds maxrss_kb" of one run.
+measure() {
+	/usr/bin/time -f "%e %M" -o "$work/time" "$@" >/dev/null 2>"$work/stderr" || { cat "$work/stderr" >&2; return 1; }
+	cat "$work/time"
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo
+echo "== full program from empty: nftpolicy apply vs nft -f of the same ruleset"
+echo "   (apply includes reading the manifests and compiling; 1 warm-up + ${ROUNDS:-3} interleaved rounds, medians)"
+printf '%-28s %10s %10s %10s %12s %12s %8s\n' scale elements apply_s nft_f_s apply_rss_MB nft_rss_MB speedup
+for s in ${SCALES:-100x100x10 100x1000x10}; do
+	IFS=x read -r nss pods pols <<<"$s"
+	dir="$work/m-$s"
+	"$work/gen" -namespaces "$nss" -pods "$pods" -policies "$pols" -local 110 -node node-1 -out "$dir"
+	"$work/nftpolicy" dump --manifests "$dir" --node node-1 >"$dir.nft" 2>/dev/null
+	elements=$(grep -cE '^\s+[0-9a-f:.]+( |,|$)' "$dir.nft" || true)
+	: >"$work/a" ; : >"$work/n"
+	for round in $(seq 0 "${ROUNDS:-3}"); do
+		ip netns add "nftbench-a$round"; ip netns add "nftbench-n$round"
+		a=$(measure "$work/nftpolicy" apply --manifests "$dir" --node node-1 --netns "nftbench-a$round")
+		n=$(measure ip netns exec "nftbench-n$round" nft -f "$dir.nft")
+		ip netns del "nftbench-a$round"; ip netns del "nftbench-n$round"
+		[ "$round" -eq 0 ] && continue # warm-up
+		echo "$a" >>"$work/a"; echo "$n" >>"$work/n"
+	done
+	at=$(awk '{print $1}' "$work/a" | median); am=$(awk '{print $2}' "$work/a" | median)
+	nt=$(awk '{print $1}' "$work/n" | median); nm=$(awk '{print $2}' "$work/n" | median)
+	printf '%-28s %10s %10s %10s %12d %12d %7.1fx\n' "$((nss*pols)) pol / $((nss*pods)) pods" "$elements" "$at" "$nt" "$((am/1024))" "$((nm/1024))" "$(echo "$nt / $at" | bc -l)"
+done
