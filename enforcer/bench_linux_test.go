@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -12,7 +13,7 @@ import (
 // network namespace in one batch. Needs root.
 // Run: go test -run '^$' -bench KernelApply -benchtime 3x ./enforcer/
 func BenchmarkKernelApply(b *testing.B) {
-	snap := scaleCluster(100, 100, 10, 100, false)
+	snap := scale.Cluster(100, 100, 10, 100, testNode, false)
 	table, _ := Compile(snap, Options{Node: testNode})
 	elements := 0
 	for _, s := range table.Sets {

@@ -79,7 +79,7 @@ func Compile(snap *k8s.Snapshot, opts Options) (*nft.Table, []Problem) {
 	if opts.MarkMask == 0 {
 		opts.MarkMask = DefaultMarkMask
 	}
-	c := &compiler{opts: opts, bit: allowBit(opts.MarkMask)}
+	c := &compiler{opts: opts, bit: allowBit(opts.MarkMask), emitted: map[string]bool{}}
 	c.index(snap)
 
 	table := &nft.Table{Family: nft.FamilyInet, Name: opts.Table}
@@ -154,13 +154,16 @@ type compiler struct {
 	// (peerKey): policies across a cluster repeat the same peers ("from the
 	// monitoring namespace"), and computing a set walks many pods.
 	peerCache map[string]*cachedPeers
+	emitted   map[string]bool // names of the shared sets already in the table
 }
 
-// cachedPeers is a computed peer set and its per-family set elements, shared
-// read-only by every rule with the same peers.
+// cachedPeers is a computed peer set, the names and elements of its nft sets
+// per family, shared read-only by every rule with the same peers.
 type cachedPeers struct {
+	key      string // peerKey
 	set      *netipx.IPSet
 	err      error
+	names    map[nft.IPFamily]string
 	elements map[nft.IPFamily][]nft.Element
 }
 
@@ -391,27 +394,26 @@ func (c *compiler) policyChain(p *compiledPolicy, d direction) (*nft.Chain, []*n
 			c.problem(policyObject(np), fmt.Errorf("spec.%s: %w (rule ignored: it allows nothing)", where, err))
 			continue
 		}
-		// Peer sets exist per family whenever the rule has peers, even when
-		// empty today: the chain stays the same as pods come and go.
-		peerSetName := map[nft.IPFamily]string{}
-		if peers != nil {
-			for _, f := range families {
-				s := &nft.Set{
-					Name:     fmt.Sprintf("%s-r%d-%s", ch.Name, i, familySuffix(f)),
-					Comment:  truncateComment(comment + " peers"),
-					Key:      addrKey(f),
-					Interval: true,
-					Elements: cached.elements[f],
-				}
-				peerSetName[f] = s.Name
-				sets = append(sets, s)
-			}
-		}
+		// A rule with peers matches them through a set per family that exists
+		// even when empty today: the chain stays the same as pods come and
+		// go. Rules with the same peers share one set (see peers), so a pod
+		// that changes labels changes one set, not one per policy naming it.
 		matchPeer := func(f nft.IPFamily) []nft.Expr {
 			if peers == nil {
 				return nil
 			}
-			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: peerSetName[f]}}
+			name := cached.names[f]
+			if !c.emitted[name] {
+				c.emitted[name] = true
+				sets = append(sets, &nft.Set{
+					Name:     name,
+					Comment:  truncateComment("peers " + cached.key),
+					Key:      addrKey(f),
+					Interval: true,
+					Elements: cached.elements[f],
+				})
+			}
+			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: name}}
 		}
 
 		ports := r.ports
@@ -425,20 +427,34 @@ func (c *compiler) policyChain(p *compiledPolicy, d direction) (*nft.Chain, []*n
 				continue
 			}
 			if port.Port != nil && port.Port.Type == intstr.String {
-				// Named port: resolved per destination pod.
+				// Named port: resolved per destination pod. For ingress the
+				// destinations are the policy's targets, so the set is the
+				// policy's own; for egress they are the peers, so rules with
+				// the same peers and port share it.
 				for _, f := range families {
-					s := &nft.Set{
-						Name:    fmt.Sprintf("%s-r%d-p%d-%s", ch.Name, i, j, familySuffix(f)),
-						Comment: truncateComment(fmt.Sprintf("%s port %s/%s", comment, port.Port.StrVal, proto)),
-						Key:     protoPortKey(f),
+					name := fmt.Sprintf("%s-r%d-p%d-%s", ch.Name, i, j, familySuffix(f))
+					setComment := fmt.Sprintf("%s port %s/%s", comment, port.Port.StrVal, proto)
+					if d == egress {
+						key := "port " + port.Port.StrVal + "/" + proto.String() + " of peers " + cached.key
+						if peers == nil {
+							key = "port " + port.Port.StrVal + "/" + proto.String() + " of every pod"
+						}
+						name, setComment = sharedName("port", key, f), key
 					}
-					s.Elements = c.namedPortElements(p, d, peers, f, port.Port.StrVal, proto)
-					sets = append(sets, s)
+					if !c.emitted[name] {
+						c.emitted[name] = true
+						sets = append(sets, &nft.Set{
+							Name:     name,
+							Comment:  truncateComment(setComment),
+							Key:      protoPortKey(f),
+							Elements: c.namedPortElements(p, d, peers, f, port.Port.StrVal, proto),
+						})
+					}
 					exprs := []nft.Expr{}
 					if d == ingress {
 						exprs = append(exprs, matchPeer(f)...)
 					}
-					exprs = append(exprs, nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: s.Name})
+					exprs = append(exprs, nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: name})
 					ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
 				}
 				continue
@@ -475,9 +491,10 @@ func (c *compiler) peers(policyNS string, peers []networkingv1.NetworkPolicyPeer
 		return cp
 	}
 	set, err := c.peerSet(policyNS, peers)
-	cp := &cachedPeers{set: set, err: err, elements: map[nft.IPFamily][]nft.Element{}}
+	cp := &cachedPeers{key: key, set: set, err: err, names: map[nft.IPFamily]string{}, elements: map[nft.IPFamily][]nft.Element{}}
 	if set != nil {
 		for _, f := range families {
+			cp.names[f] = sharedName("peers", key, f)
 			cp.elements[f] = rangesOf(set, f)
 		}
 	}
@@ -486,6 +503,14 @@ func (c *compiler) peers(policyNS string, peers []networkingv1.NetworkPolicyPeer
 	}
 	c.peerCache[key] = cp
 	return cp
+}
+
+// sharedName names a set shared by every rule that uses the same key:
+// `peers-<hash8>-v4`. The hash keeps the name short and stable; the set's
+// comment spells the key out.
+func sharedName(prefix, key string, f nft.IPFamily) string {
+	sum := sha256.Sum256([]byte(key))
+	return prefix + "-" + hex.EncodeToString(sum[:4]) + "-" + familySuffix(f)
 }
 
 // peerKey identifies what a list of peers selects. A pod selector without a

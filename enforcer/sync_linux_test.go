@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -26,7 +27,7 @@ func newTestSyncer(t *testing.T) (*Syncer, string) {
 // changes, not as the whole ruleset.
 func TestKernelLabelChangeIsSmallBatch(t *testing.T) {
 	s, ns := newTestSyncer(t)
-	snap := scaleCluster(20, 50, 5, 40, false) // 100 policies, 1000 pods
+	snap := scale.Cluster(20, 50, 5, 40, testNode, false) // 100 policies, 1000 pods
 	first, err := s.Sync(snap)
 	if err != nil {
 		t.Fatal(err)
