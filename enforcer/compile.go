@@ -521,7 +521,11 @@ func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 	for _, p := range peers {
 		switch {
 		case p.IPBlock != nil:
-			fmt.Fprintf(&b, "ip:%s-%s;", p.IPBlock.CIDR, strings.Join(p.IPBlock.Except, ","))
+			fmt.Fprintf(&b, "ip:%s", p.IPBlock.CIDR)
+			if len(p.IPBlock.Except) > 0 {
+				fmt.Fprintf(&b, " except %s", strings.Join(p.IPBlock.Except, ","))
+			}
+			b.WriteString(";")
 		default:
 			ns := "own:" + policyNS
 			if p.NamespaceSelector != nil {

@@ -27,8 +27,9 @@ const (
 )
 
 // A probe is one packet of a case: the first packet of a connection from a
-// pod ("x/a") to a pod or an address, expected allowed or not. Every probe
-// runs once over IPv4 and once over IPv6.
+// pod ("x/a") to a pod or an address, expected allowed or not. A probe
+// between pods runs once over IPv4 and once over IPv6; one to a literal
+// address runs in that address's family.
 type probe struct {
 	from, to string
 	proto    nft.Proto
@@ -241,6 +242,22 @@ var compileCases = []compileCase{
 		},
 	},
 	{
+		// The whole address space minus the cluster: ranges that start at
+		// the zero address and end at the last one encode without the
+		// leading and trailing end elements.
+		name: "ipblock-internet",
+		snap: cluster(policy("x", "internet", selecting("a"), denyEgress, egressRule(peers(
+			ipBlock("0.0.0.0/0", "10.0.0.0/8"),
+			ipBlock("::/0", "fd00::/8"),
+		)))),
+		probes: []probe{
+			allow("x/a", "192.0.2.1", nft.ProtoTCP, 443),
+			allow("x/a", "255.255.255.254", nft.ProtoTCP, 443),
+			allow("x/a", "2001:db8::1", nft.ProtoUDP, 53),
+			deny("x/a", "y/a", nft.ProtoTCP, 80),
+		},
+	},
+	{
 		name: "end-port",
 		snap: cluster(policy("x", "range", selecting("a"), ingressRule(nil, portRange(tcp, 80, 81)))),
 		probes: []probe{
@@ -421,6 +438,9 @@ func TestCompileTrace(t *testing.T) {
 			for _, f := range []nft.IPFamily{nft.IPv4, nft.IPv6} {
 				for _, p := range tc.probes {
 					pkt := nft.Packet{Src: addrOf(t, p.from, f), Dst: addrOf(t, p.to, f), Proto: p.proto, Dport: p.port, Mark: otherMark}
+					if nft.FamilyOf(pkt.Src) != nft.FamilyOf(pkt.Dst) {
+						continue // a literal address of the other family
+					}
 					if got := traceAllowed(t, table, pkt); got != p.want {
 						t.Errorf("%s %s→%s %s/%d: allowed=%v, want %v", f.Keyword(), p.from, p.to, p.proto, p.port, got, p.want)
 					}
