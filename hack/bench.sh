@@ -49,3 +49,7 @@ for s in ${SCALES:-100x100x10 100x1000x10}; do
 	nt=$(awk '{print $1}' "$work/n" | median); nm=$(awk '{print $2}' "$work/n" | median)
 	printf '%-28s %10s %10s %10s %12d %12d %7.1fx\n' "$((nss*pols)) pol / $((nss*pods)) pods" "$elements" "$at" "$nt" "$((am/1024))" "$((nm/1024))" "$(echo "$nt / $at" | bc -l)"
 done
+
+echo
+echo "== per-NEW-packet cost"
+go run ./hack/bench/pps -rounds "${PPS_ROUNDS:-5}" -seconds "${PPS_SECONDS:-2}"
