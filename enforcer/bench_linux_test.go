@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"testing"
 
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
+	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -32,4 +36,43 @@ func BenchmarkKernelApply(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkKernelEvent is the event → kernel time of the syncer, debounce
+// excluded: one pod label change, compiled in full and written as a delta,
+// alternating between two snapshots. Needs root.
+// Run: go test -run '^$' -bench KernelEvent -benchtime 20x ./enforcer/
+func BenchmarkKernelEvent(b *testing.B) {
+	for _, sc := range []struct{ namespaces, policies int }{{100, 10}, {100, 100}} {
+		snap := scale.Cluster(sc.namespaces, 100, sc.policies, 100, testNode, false)
+		changed := *snap
+		changed.Pods = append([]*corev1.Pod(nil), snap.Pods...)
+		p := snap.Pods[3].DeepCopy()
+		p.Labels["tier"] = "tier-1"
+		changed.Pods[3] = p
+		b.Run(fmt.Sprintf("policies=%d/pods=%d/pod-label", sc.namespaces*sc.policies, sc.namespaces*100), func(b *testing.B) {
+			ns := testns.New(b, "nftbench")
+			conn, err := nft.Open(ns)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			s := NewSyncer(conn, Options{Node: testNode}, PrioritySetting{Auto: true}, zap.NewNop())
+			if _, err := s.Sync(snap); err != nil {
+				b.Fatal(err)
+			}
+			snaps := []*k8s.Snapshot{&changed, snap}
+			i := 0
+			for b.Loop() {
+				res, err := s.Sync(snaps[i%2])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Batch.Full {
+					b.Fatal("an event rewrote the whole table")
+				}
+				i++
+			}
+		})
+	}
 }

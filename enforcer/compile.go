@@ -162,6 +162,8 @@ type compiler struct {
 type cachedPeers struct {
 	key      string // peerKey
 	set      *netipx.IPSet
+	pods     []*pod // named by selector peers
+	ipBlocks bool   // some peer is an ipBlock
 	err      error
 	names    map[nft.IPFamily]string
 	elements map[nft.IPFamily][]nft.Element
@@ -447,7 +449,7 @@ func (c *compiler) policyChain(p *compiledPolicy, d direction) (*nft.Chain, []*n
 							Name:     name,
 							Comment:  truncateComment(setComment),
 							Key:      protoPortKey(f),
-							Elements: c.namedPortElements(p, d, peers, f, port.Port.StrVal, proto),
+							Elements: c.namedPortElements(p, d, cached, f, port.Port.StrVal, proto),
 						})
 					}
 					exprs := []nft.Expr{}
@@ -490,8 +492,8 @@ func (c *compiler) peers(policyNS string, peers []networkingv1.NetworkPolicyPeer
 	if cp, ok := c.peerCache[key]; ok {
 		return cp
 	}
-	set, err := c.peerSet(policyNS, peers)
-	cp := &cachedPeers{key: key, set: set, err: err, names: map[nft.IPFamily]string{}, elements: map[nft.IPFamily][]nft.Element{}}
+	set, pods, ipBlocks, err := c.peerSet(policyNS, peers)
+	cp := &cachedPeers{key: key, set: set, pods: pods, ipBlocks: ipBlocks, err: err, names: map[nft.IPFamily]string{}, elements: map[nft.IPFamily][]nft.Element{}}
 	if set != nil {
 		for _, f := range families {
 			cp.names[f] = sharedName("peers", key, f)
@@ -545,31 +547,41 @@ func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 // the rule has no peers and so allows every address. Each ipBlock peer is
 // its cidr minus its own excepts before the union: one peer's except never
 // removes what another peer allows.
-func (c *compiler) peerSet(policyNS string, peers []networkingv1.NetworkPolicyPeer) (*netipx.IPSet, error) {
+//
+// It also returns the pods the selector peers name, and whether any peer is
+// an ipBlock (whose pods are found only by address).
+func (c *compiler) peerSet(policyNS string, peers []networkingv1.NetworkPolicyPeer) (*netipx.IPSet, []*pod, bool, error) {
 	if len(peers) == 0 {
-		return nil, nil
+		return nil, nil, false, nil
 	}
-	var all netipx.IPSetBuilder
+	var (
+		all      netipx.IPSetBuilder
+		selected []*pod
+		ipBlocks bool
+	)
 	for k, peer := range peers {
 		if peer.IPBlock != nil {
 			block, err := ipBlockSet(peer.IPBlock)
 			if err != nil {
-				return nil, fmt.Errorf("from/to[%d].ipBlock: %w", k, err)
+				return nil, nil, false, fmt.Errorf("from/to[%d].ipBlock: %w", k, err)
 			}
 			all.AddSet(block)
+			ipBlocks = true
 			continue
 		}
 		pods, err := c.selectPeers(policyNS, peer)
 		if err != nil {
-			return nil, fmt.Errorf("from/to[%d]: %w", k, err)
+			return nil, nil, false, fmt.Errorf("from/to[%d]: %w", k, err)
 		}
+		selected = append(selected, pods...)
 		for _, pd := range pods {
 			for _, ip := range pd.ips {
 				all.Add(ip)
 			}
 		}
 	}
-	return all.IPSet()
+	set, err := all.IPSet()
+	return set, selected, ipBlocks, err
 }
 
 func ipBlockSet(b *networkingv1.IPBlock) (*netipx.IPSet, error) {
@@ -643,10 +655,18 @@ func (c *compiler) namespaceLabels(ns string) labels.Set {
 // address the rule's peers allow (all pods when the rule has no peers). A
 // pod that does not serve the name with this protocol contributes nothing,
 // so the rule never widens to other ports.
-func (c *compiler) namedPortElements(p *compiledPolicy, d direction, peers *netipx.IPSet, f nft.IPFamily, name string, proto nft.Proto) []nft.Element {
+func (c *compiler) namedPortElements(p *compiledPolicy, d direction, peers *cachedPeers, f nft.IPFamily, name string, proto nft.Proto) []nft.Element {
+	isEgress := d.policyType == networkingv1.PolicyTypeEgress
 	candidates := p.targets
-	if d == egress {
+	filter := false // by address, for ipBlock peers
+	switch {
+	case !isEgress:
+	case peers.set == nil:
 		candidates = c.pods
+	case peers.ipBlocks:
+		candidates, filter = c.pods, true
+	default:
+		candidates = peers.pods
 	}
 	var out []nft.Element
 	for _, pd := range candidates {
@@ -655,7 +675,7 @@ func (c *compiler) namedPortElements(p *compiledPolicy, d direction, peers *neti
 				continue
 			}
 			for _, ip := range pd.ips {
-				if nft.FamilyOf(ip) != f || (d == egress && peers != nil && !peers.Contains(ip)) {
+				if nft.FamilyOf(ip) != f || (filter && !peers.set.Contains(ip)) {
 					continue
 				}
 				out = append(out, nft.Element{Addr: ip, Proto: proto, Port: uint16(cp.ContainerPort)})

@@ -26,11 +26,13 @@ type Syncer struct {
 	priority PrioritySetting
 	log      *zap.Logger
 
-	mu         sync.Mutex
-	generation uint64     // successful syncs so far
-	lastErr    error      // of the most recent sync
-	last       *nft.Table // as last programmed; nil before the first sync or after a failure
-	repairs    uint64     // drift found and repaired
+	mu           sync.Mutex
+	generation   uint64     // successful syncs so far
+	lastErr      error      // of the most recent sync
+	last         *nft.Table // as last programmed; nil before the first sync or after a failure
+	repairs      uint64     // drift found and repaired
+	prio         int32      // resolved forward priority
+	prioResolved bool
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
@@ -85,9 +87,21 @@ func (s *Syncer) Sync(snap *k8s.Snapshot) (SyncResult, error) {
 }
 
 func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
-	prio, err := s.Priority()
-	if err != nil {
-		return SyncResult{}, err
+	// Reading every chain of the netns to place ours costs as much as the
+	// rest of a small sync at 10k chains, so the priority is resolved on the
+	// first sync and again at each drift check, not on every event.
+	s.mu.Lock()
+	prio, resolved := s.prio, s.prioResolved
+	s.mu.Unlock()
+	if !resolved {
+		p, err := s.Priority()
+		if err != nil {
+			return SyncResult{}, err
+		}
+		prio = p
+		s.mu.Lock()
+		s.prio, s.prioResolved = p, true
+		s.mu.Unlock()
 	}
 	opts := s.opts
 	opts.Priority = prio
@@ -139,6 +153,8 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 func (s *Syncer) CheckDrift() (bool, error) {
 	s.mu.Lock()
 	last := s.last
+	// Re-place our chain next time if another component moved in.
+	s.prioResolved = false
 	s.mu.Unlock()
 	if last == nil {
 		return false, nil
