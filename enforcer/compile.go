@@ -314,6 +314,13 @@ func policyObject(np *networkingv1.NetworkPolicy) string {
 	return "NetworkPolicy " + np.Namespace + "/" + np.Name
 }
 
+// ICMPv6 neighbour discovery types (RFC 4861): router solicitation and
+// advertisement, neighbour solicitation and advertisement, redirect.
+const (
+	icmpv6RouterSolicit = 133
+	icmpv6Redirect      = 137
+)
+
 // forwardChain is the base chain: established traffic first, then the
 // egress check of the sending pod, then the ingress check of the receiver.
 func (c *compiler) forwardChain() *nft.Chain {
@@ -323,6 +330,13 @@ func (c *compiler) forwardChain() *nft.Chain {
 		Rules: []nft.Rule{{
 			Exprs:   []nft.Expr{nft.CtStateEstablishedRelated{}, nft.Verdict{Kind: nft.Accept}},
 			Comment: "policy is decided once per connection, on its first packet",
+		}, {
+			// Neighbour discovery is IPv6's ARP. Conntrack does not track
+			// it, and on a bridge with br_netfilter it crosses the forward
+			// hook between pods, so without this a pod isolated for ingress
+			// could not be resolved by its own allowed peers.
+			Exprs:   []nft.Expr{nft.ICMPv6TypeRange{First: icmpv6RouterSolicit, Last: icmpv6Redirect}, nft.Verdict{Kind: nft.Accept}},
+			Comment: "IPv6 neighbour discovery is not subject to policy, as ARP is not",
 		}},
 	}
 	for _, d := range []direction{egress, ingress} {

@@ -550,6 +550,21 @@ func TestCompileBadRuleFailsClosed(t *testing.T) {
 	}
 }
 
+// IPv6 neighbour discovery crosses the forward hook on bridged nodes and is
+// never policy's to drop; other ICMPv6 (echo) is.
+func TestCompileNeighbourDiscoveryPasses(t *testing.T) {
+	table := mustCompile(t, cluster(policy("x", "deny", denyIngress, denyEgress)))
+	for _, tc := range []struct {
+		icmpType uint8
+		want     bool
+	}{{135, true}, {136, true}, {133, true}, {137, true}, {128, false}, {138, false}} {
+		pkt := nft.Packet{Src: addrOf(t, "y/a", nft.IPv6), Dst: addrOf(t, "x/a", nft.IPv6), Proto: nft.ProtoICMPv6, ICMPType: tc.icmpType}
+		if got := traceAllowed(t, table, pkt); got != tc.want {
+			t.Errorf("icmpv6 type %d y/a→x/a: allowed=%v, want %v", tc.icmpType, got, tc.want)
+		}
+	}
+}
+
 func TestCompileSelfTraffic(t *testing.T) {
 	table := mustCompile(t, cluster(policy("x", "deny", denyIngress, denyEgress)))
 	for _, f := range []nft.IPFamily{nft.IPv4, nft.IPv6} {

@@ -129,6 +129,10 @@ type AddrProtoPortInSet struct {
 	Set    string
 }
 
+// ICMPv6TypeRange matches IPv6 ICMP messages of a type in [First, Last]:
+// `icmpv6 type 133-137`.
+type ICMPv6TypeRange struct{ First, Last uint8 }
+
 // MarkBitsSet matches when all of Bits are set in the packet mark:
 // `meta mark & 0x00000040 == 0x00000040`.
 type MarkBitsSet struct{ Bits uint32 }
@@ -164,6 +168,7 @@ func (AddrVmap) isExpr()                  {}
 func (L4ProtoEq) isExpr()                 {}
 func (DportRange) isExpr()                {}
 func (AddrProtoPortInSet) isExpr()        {}
+func (ICMPv6TypeRange) isExpr()           {}
 func (MarkBitsSet) isExpr()               {}
 func (SetMark) isExpr()                   {}
 func (Verdict) isExpr()                   {}

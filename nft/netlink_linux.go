@@ -589,6 +589,19 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: concatRegister(addrLen)},
 				&expr.Payload{DestRegister: concatRegister(addrLen + 4), Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID})
+		case ICMPv6TypeRange:
+			out = append(out, matchNfproto(IPv6)...)
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{byte(ProtoICMPv6)}},
+				&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1})
+			if e.First == e.Last {
+				out = append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{e.First}})
+			} else {
+				out = append(out,
+					&expr.Cmp{Op: expr.CmpOpGte, Register: reg1, Data: []byte{e.First}},
+					&expr.Cmp{Op: expr.CmpOpLte, Register: reg1, Data: []byte{e.Last}})
+			}
 		case MarkBitsSet:
 			out = append(out,
 				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},

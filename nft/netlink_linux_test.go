@@ -35,6 +35,8 @@ func sampleTable() *Table {
 		Chains: []*Chain{
 			{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Priority: -1, Policy: Accept}, Rules: []Rule{
 				{Exprs: []Expr{CtStateEstablishedRelated{}, Verdict{Kind: Accept}}},
+				{Exprs: []Expr{ICMPv6TypeRange{First: 133, Last: 137}, Verdict{Kind: Accept}}},
+				{Exprs: []Expr{ICMPv6TypeRange{First: 128, Last: 128}, Verdict{Kind: Accept}}},
 				{Exprs: []Expr{AddrVmap{Family: IPv4, Field: Daddr, Map: "pods-v4"}}},
 				{Exprs: []Expr{AddrVmap{Family: IPv6, Field: Saddr, Map: "pods-v6"}}},
 			}},

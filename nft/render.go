@@ -149,6 +149,11 @@ func renderExpr(e Expr) string {
 		return fmt.Sprintf("th dport %d-%d", e.First, e.Last)
 	case AddrProtoPortInSet:
 		return fmt.Sprintf("%s %s . meta l4proto . th dport @%s", e.Family.Keyword(), e.Field, e.Set)
+	case ICMPv6TypeRange:
+		if e.First == e.Last {
+			return fmt.Sprintf("icmpv6 type %d", e.First)
+		}
+		return fmt.Sprintf("icmpv6 type %d-%d", e.First, e.Last)
 	case MarkBitsSet:
 		return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", e.Bits, e.Bits)
 	case SetMark:

@@ -10,6 +10,7 @@ type Packet struct {
 	Src, Dst netip.Addr
 	Proto    Proto
 	Dport    uint16 // ignored for protocols without ports
+	ICMPType uint8  // for ICMP and ICMPv6
 	Mark     uint32
 	// Established marks a packet of a connection conntrack already knows
 	// (ct state established or related); otherwise the packet is NEW.
@@ -119,6 +120,10 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			}
 		case AddrProtoPortInSet:
 			if !tr.inFamily(e.Family) || !tr.lookup(e.Set, tr.addr(e.Field), p.Proto, p.Dport) {
+				return "", nil
+			}
+		case ICMPv6TypeRange:
+			if FamilyOf(p.Src) != IPv6 || p.Proto != ProtoICMPv6 || p.ICMPType < e.First || p.ICMPType > e.Last {
 				return "", nil
 			}
 		case MarkBitsSet:
