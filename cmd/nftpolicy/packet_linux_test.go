@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,34 +18,6 @@ import (
 
 const probeTimeout = 700 * time.Millisecond
 
-// podManifests is the YAML of the cluster's namespaces and pods as the
-// manifests source reads them: namespaces labelled ns=<name>, pods
-// pod=<name>, serving serve-80-tcp, serve-81-udp and so on.
-func podManifests(c *netns.Cluster) string {
-	var b strings.Builder
-	seen := map[string]bool{}
-	for _, p := range c.Pods() {
-		if !seen[p.Namespace()] {
-			seen[p.Namespace()] = true
-			fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %q\n  labels:\n    ns: %q\n", p.Namespace(), p.Namespace())
-		}
-	}
-	for _, p := range c.Pods() {
-		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Pod\nmetadata:\n  namespace: %q\n  name: %q\n  labels:\n    pod: %q\n", p.Namespace(), p.Name(), p.Name())
-		fmt.Fprintf(&b, "spec:\n  nodeName: %q\n  containers:\n    - name: server\n      ports:\n", p.Node().Name())
-		for _, port := range []int{80, 81} {
-			for _, proto := range []string{"TCP", "UDP", "SCTP"} {
-				fmt.Fprintf(&b, "        - {name: serve-%d-%s, containerPort: %d, protocol: %s}\n", port, strings.ToLower(proto), port, proto)
-			}
-		}
-		b.WriteString("status:\n  phase: Running\n  podIPs:\n")
-		for _, ip := range p.IPs() {
-			fmt.Fprintf(&b, "    - ip: %s\n", ip)
-		}
-	}
-	return b.String()
-}
-
 // packetCluster is one routed node with pods x/a, x/b and y/a, and a
 // manifests directory holding them.
 func packetCluster(t *testing.T) (c *netns.Cluster, node *netns.Node, dir string) {
@@ -63,7 +34,7 @@ func packetCluster(t *testing.T) (c *netns.Cluster, node *netns.Node, dir string
 		}
 	}
 	dir = t.TempDir()
-	writeFile(t, filepath.Join(dir, "cluster.yaml"), podManifests(c))
+	writeFile(t, filepath.Join(dir, "cluster.yaml"), c.Manifests())
 	return c, node, dir
 }
 

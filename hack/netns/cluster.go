@@ -136,11 +136,14 @@ type Cluster struct {
 	underlay  string   // netns name of the underlay switch, "" until the first node
 	created   []string // every netns created, in creation order
 	servers   []*server
+	daemons   []*Daemons // see StartDaemons; stopped first by Close
 	nodes     []*Node
 	pods      []*Pod
 	podByKey  map[string]*Pod
 	podByAddr map[netip.Addr]*Pod
 	connected map[[2]int]Via
+	nsLabels  map[string]map[string]string // see SetNamespaceLabels
+	podLabels map[string]map[string]string // see SetPodLabels
 
 	sport atomic.Uint32 // SCTP source ports handed out, see ProbeSCTP
 }
@@ -168,6 +171,7 @@ type Pod struct {
 	name      string
 	netns     string
 	hostVeth  string
+	host      int // k of the address plan
 	ip4, ip6  netip.Addr
 
 	mu         sync.Mutex
@@ -269,11 +273,18 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
-	servers, created := c.servers, c.created
+	servers, created, daemons := c.servers, c.created, c.daemons
 	c.mu.Unlock()
 
 	var errs []error
 	var wg sync.WaitGroup
+	for _, d := range daemons {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.Stop()
+		}()
+	}
 	for _, s := range servers {
 		wg.Add(1)
 		go func() {
@@ -474,6 +485,7 @@ func (c *Cluster) AddPod(node *Node, namespace, name string) (*Pod, error) {
 		name:      name,
 		netns:     c.id + "-p-" + namespace + "." + name,
 		hostVeth:  "vpod" + strconv.Itoa(len(c.pods)),
+		host:      host,
 	}
 	if c.v4() {
 		b := node.cidr4.Addr().As4()
@@ -492,6 +504,13 @@ func (c *Cluster) AddPod(node *Node, namespace, name string) (*Pod, error) {
 		c.podByAddr[a] = p
 	}
 	return p, nil
+}
+
+// mac is the MAC address of a Bridged pod's eth0, 02:42:0a:f4:N:k (locally
+// administered), fixed so that a capture or a neighbour table reads the same
+// in every run.
+func (p *Pod) mac() string {
+	return fmt.Sprintf("02:42:0a:f4:%02x:%02x", p.node.index, p.host)
 }
 
 func (c *Cluster) setupPod(p *Pod) error {
@@ -530,6 +549,7 @@ func (c *Cluster) setupPod(p *Pod) error {
 		}
 	case Bridged:
 		node = append(node, fmt.Sprintf("link set %s master br0 up", p.hostVeth))
+		pod = append([]string{fmt.Sprintf("link set eth0 address %s", p.mac())}, pod...)
 		if c.v4() {
 			pod = append(pod,
 				fmt.Sprintf("addr add %s/24 dev eth0", p.ip4),

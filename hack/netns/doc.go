@@ -110,9 +110,29 @@
 // Options.Concurrency (32) probes at once, each with Options.Timeout (1s), and
 // retries a failed probe once: Matrix.Retries counts retries and
 // Matrix.Recovered retries that then got through, which should stay 0 on a
-// healthy machine. Harness failures (as opposed to blocked traffic) land in
-// Matrix.Errors. A Matrix (rows from, columns to, keys "namespace/pod") is
-// also the expectation: NewMatrix, Set, Expect with "ns/pod" patterns, Equal,
-// and Diff, which prints expected, observed and the differing cells, in the
-// manner of the upstream netpol e2e reachability tables.
+// healthy machine. ProbeMatrixExpect, given the expected matrix, retries
+// only the probes whose result differs from it (blocked cells expected
+// blocked cost one timeout, not two). Harness failures (as opposed to
+// blocked traffic) land in Matrix.Errors. A Matrix (rows from, columns to,
+// keys "namespace/pod") is also the expectation: NewMatrix, Set, Expect with
+// "ns/pod" patterns, Equal, and Diff, which prints expected, observed and
+// the differing cells, in the manner of the upstream netpol e2e
+// reachability tables.
+//
+// # Enforcing
+//
+// Manifests renders the cluster as nftpolicy's manifests source reads it: a
+// Node per node, a Namespace per pod namespace (labels ns=<name>), a running
+// Pod per pod (labels pod=<name>, spec.nodeName, status.podIPs, and named
+// container ports serve-<port>-<tcp|udp|sctp>). SetNamespaceLabels and
+// SetPodLabels change the labels it writes, ResetLabels restores them.
+//
+// StartDaemons (StartTestDaemons in tests) runs one `nftpolicy run --node N
+// --netns <node netns> --health-addr 127.0.0.1:0` per node on one manifests
+// directory, with a binary from $NFTPOLICY_BIN or built once per process
+// (`go build ./cmd/nftpolicy`). Daemons.WriteFile and RemoveFile change the
+// directory atomically (WriteFileAtomic: hidden temporary file, rename) and
+// return once every daemon's /readyz "synced generation N" has grown; Change
+// does the same around any single-step change. Close stops the daemons
+// before it removes the namespaces.
 package netns

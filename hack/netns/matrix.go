@@ -17,11 +17,13 @@ type Matrix struct {
 	// Family, Proto and Port describe the probes (empty for an expectation).
 	Family, Proto string
 	Port          int
-	// Retries counts probes that failed once and were tried again; Recovered
-	// counts those of them that got through the second time (a flake).
+	// Retries counts probes that were tried again: by ProbeMatrix those that
+	// failed, by ProbeMatrixExpect those that differed from the expectation.
+	// Recovered counts those of them whose second result was the one hoped
+	// for (a flake).
 	Retries, Recovered int
-	// Flakes lists the probes that got through only on retry, "from -> to:
-	// first error".
+	// Flakes lists the probes that recovered on retry, "from -> to: first
+	// error" (or "got through" when a blocked cell was not blocked at first).
 	Flakes []string
 	// Errors lists harness failures (not blocked traffic), "from -> to: error".
 	Errors []string

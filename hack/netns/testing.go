@@ -48,3 +48,16 @@ func NewTestCluster(t testing.TB, opts Options) *Cluster {
 	})
 	return c
 }
+
+// StartTestDaemons is Cluster.StartDaemons for tests: it fails t on error
+// and stops the daemons when t ends (before the cluster's own cleanup, which
+// NewTestCluster registered earlier).
+func StartTestDaemons(t testing.TB, c *Cluster, dir string, opts DaemonOptions) *Daemons {
+	t.Helper()
+	d, err := c.StartDaemons(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
