@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 hack/deps.sh
 command -v /usr/bin/time >/dev/null || { apt-get install -y -qq time >/dev/null; }
 
-echo "== compiler and applier (go test -bench)"
-go test -run '^$' -bench . -benchmem -benchtime "${BENCHTIME:-3x}" ./enforcer/
+if [ -z "${SKIP_GO_BENCH:-}" ]; then
+	echo "== compiler and applier (go test -bench)"
+	go test -run '^$' -bench . -benchmem -benchtime "${BENCHTIME:-3x}" ./enforcer/
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"; for n in $(ip netns list | awk "/^nftbench-/{print \$1}"); do ip netns del "$n"; done' EXIT
@@ -50,6 +52,8 @@ for s in ${SCALES:-100x100x10 100x1000x10}; do
 	printf '%-28s %10s %10s %10s %12d %12d %7.1fx\n' "$((nss*pols)) pol / $((nss*pods)) pods" "$elements" "$at" "$nt" "$((am/1024))" "$((nm/1024))" "$(echo "$nt / $at" | bc -l)"
 done
 
-echo
-echo "== per-NEW-packet cost"
-go run ./hack/bench/pps -rounds "${PPS_ROUNDS:-5}" -seconds "${PPS_SECONDS:-2}"
+if [ -z "${SKIP_PPS:-}" ]; then
+	echo
+	echo "== per-NEW-packet cost"
+	go run ./hack/bench/pps -rounds "${PPS_ROUNDS:-5}" -seconds "${PPS_SECONDS:-2}"
+fi
