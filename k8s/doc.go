@@ -89,4 +89,18 @@
 // A pod or policy whose namespace has no Namespace object is still
 // accepted and nothing is synthesized for it: the compiler treats such a
 // namespace as one that carries only its kubernetes.io/metadata.name label.
+//
+// # Informer source
+//
+// NewInformers follows an API server with client-go shared informers on
+// pods, namespaces, networkpolicies and nodes. Start returns once the caches
+// hold a complete list, so the first sync never programs a partial cluster.
+// Objects are trimmed on arrival to the fields the compiler reads and run
+// through Admit, the same defaulting and validation as the manifests source;
+// objects Admit rejects are logged and left out. Watch sends a snapshot
+// built from the caches now and once per burst of changes (DefaultCoalesce
+// after its first event); updates that change nothing the compiler reads,
+// such as pod conditions or node heartbeats, send nothing. While the API
+// server is away the caches, and so the snapshots, keep the last state;
+// client-go relists on reconnect and the caches replace, never duplicate.
 package k8s

@@ -4,11 +4,15 @@
 //
 // # Commands
 //
-//	nftpolicy apply   --manifests DIR [--node NAME] [--netns NAME|PATH] [--priority auto|N] [--mark-mask 0xM]
+//	nftpolicy apply   [--manifests DIR | --kubeconfig FILE] [--node NAME] [--netns NAME|PATH] [--priority auto|N] [--mark-mask 0xM]
 //	nftpolicy run     (the flags of apply) [--health-addr ADDR] [--poll D] [--debounce D]
 //	nftpolicy dump    (the flags of apply): print the ruleset as nft text, touching nothing
 //	nftpolicy cleanup [--netns NAME|PATH]: delete table inet nftpolicy
 //	nftpolicy version
+//
+// The cluster comes from --manifests (a directory of YAML), --kubeconfig (an
+// API server), or, with neither, the in-cluster configuration when
+// $KUBERNETES_SERVICE_HOST is set, as in the DaemonSet.
 //
 // apply programs the ruleset for the pods of --node (default $NODE_NAME, then
 // the hostname) and exits 0; it exits 1 when nothing could be programmed

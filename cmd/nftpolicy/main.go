@@ -31,6 +31,8 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // config is every flag of every subcommand, parsed in one place.
 type config struct {
 	manifests        string
+	kubeconfig       string
+	inCluster        bool // no --manifests or --kubeconfig, and KUBERNETES_SERVICE_HOST is set
 	node             string
 	netns            string
 	priority         enforcer.PrioritySetting
@@ -49,7 +51,7 @@ const usage = `usage: nftpolicy <command> [flags]
 
 commands:
   apply    program the ruleset for this node's pods once, then exit
-  run      program the ruleset and keep it in step with the manifests
+  run      program the ruleset and keep it in step with the cluster or the manifests
   dump     print the ruleset apply would program, as nft text
   cleanup  delete nftpolicy's table
   version  print the version
@@ -115,6 +117,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		return cfg, fs.Parse(args)
 	}
 	fs.StringVar(&cfg.manifests, "manifests", "", "directory of Kubernetes YAML/JSON manifests (Namespace, Pod, Node, NetworkPolicy)")
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to follow (default: in-cluster when $KUBERNETES_SERVICE_HOST is set)")
 	fs.StringVar(&cfg.node, "node", "", "this node's name (default: $NODE_NAME, then the hostname)")
 	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
@@ -132,8 +135,16 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if cfg.manifests == "" {
-		return nil, errors.New("--manifests is required")
+	// The source: --manifests or --kubeconfig, else in-cluster when the
+	// kubelet has told us where the API server is.
+	switch {
+	case cfg.manifests != "" && cfg.kubeconfig != "":
+		return nil, errors.New("--manifests and --kubeconfig are exclusive")
+	case cfg.manifests == "" && cfg.kubeconfig == "":
+		if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+			return nil, errors.New("--manifests is required (or --kubeconfig, or run in a pod with $KUBERNETES_SERVICE_HOST set)")
+		}
+		cfg.inCluster = true
 	}
 	if cfg.node == "" {
 		cfg.node = os.Getenv("NODE_NAME")
@@ -176,8 +187,18 @@ func (c *config) options() enforcer.Options {
 	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask}
 }
 
-// load reads the manifests, logging every object it had to leave out.
+// load reads the manifests, or lists the API server, logging every object
+// it had to leave out.
 func load(cfg *config, log *zap.Logger) (*k8s.Snapshot, error) {
+	if cfg.manifests == "" {
+		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer cancel()
+		in, err := startInformers(ctx, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		return in.Snapshot(), nil
+	}
 	snap, objErrs, err := k8s.LoadDir(cfg.manifests)
 	if err != nil {
 		return nil, err
@@ -263,6 +284,31 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		log.Info("serving health", zap.String("addr", ln.Addr().String()))
 	}
 
+	log.Info("running", zap.String("node", cfg.node), zap.String("source", cfg.source()), zap.String("netns", cfg.netns))
+	var updates <-chan *k8s.Snapshot
+	if cfg.manifests == "" {
+		in, err := startInformers(ctx, cfg, log)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before the caches synced
+			}
+			return err
+		}
+		updates = in.Watch(ctx)
+	} else {
+		updates = watchManifests(ctx, cfg, log)
+	}
+	s.Run(ctx, updates, enforcer.Timing{
+		Debounce: cfg.debounce, MaxDelay: cfg.maxDelay, Retry: time.Second, DriftCheck: cfg.driftCheck,
+	})
+	log.Info("stopping; the ruleset stays programmed")
+	return nil
+}
+
+// watchManifests turns the directory's changes into snapshots. A directory
+// that cannot be read is logged and skipped: the last programmed state
+// stays.
+func watchManifests(ctx context.Context, cfg *config, log *zap.Logger) <-chan *k8s.Snapshot {
 	snapshots := make(chan *k8s.Snapshot)
 	go func() {
 		for u := range k8s.WatchDir(ctx, cfg.manifests, cfg.poll) {
@@ -278,12 +324,36 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 			}
 		}
 	}()
-	log.Info("running", zap.String("node", cfg.node), zap.String("manifests", cfg.manifests), zap.String("netns", cfg.netns))
-	s.Run(ctx, snapshots, enforcer.Timing{
-		Debounce: cfg.debounce, MaxDelay: cfg.maxDelay, Retry: time.Second, DriftCheck: cfg.driftCheck,
-	})
-	log.Info("stopping; the ruleset stays programmed")
-	return nil
+	return snapshots
+}
+
+// source names where snapshots come from, for logs.
+func (c *config) source() string {
+	switch {
+	case c.manifests != "":
+		return "manifests " + c.manifests
+	case c.inCluster:
+		return "in-cluster API server"
+	}
+	return "kubeconfig " + c.kubeconfig
+}
+
+// startInformers connects to the API server and returns once the informer
+// caches hold a complete list, so that the first sync never programs a
+// partial cluster (which would open or close traffic wrongly).
+func startInformers(ctx context.Context, cfg *config, log *zap.Logger) (*k8s.Informers, error) {
+	client, err := k8s.NewClient(cfg.kubeconfig, "nftpolicy/"+version)
+	if err != nil {
+		return nil, err
+	}
+	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log})
+	start := time.Now()
+	log.Info("waiting for the informer caches", zap.String("source", cfg.source()))
+	if err := in.Start(ctx); err != nil {
+		return nil, err
+	}
+	log.Info("informer caches synced", zap.Duration("took", time.Since(start)))
+	return in, nil
 }
 
 // healthHandler serves /healthz (the process is alive) and /readyz (the

@@ -1,0 +1,316 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// startFake starts Informers on a fake clientset holding objs and returns
+// once the caches are synced and all four watches are open, so that every
+// later write is seen as an event.
+func startFake(t *testing.T, objs ...runtime.Object) (*fake.Clientset, *Informers, <-chan *Snapshot) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	var watches atomic.Int32
+	client.PrependWatchReactor("*", func(clienttesting.Action) (bool, watch.Interface, error) {
+		watches.Add(1)
+		return false, nil, nil // fall through to the tracker's watch
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	in := NewInformers(client, InformerOptions{Coalesce: 10 * time.Millisecond})
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !in.HasSynced() {
+		t.Fatal("HasSynced false after Start")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for watches.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of 4 watches started", watches.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return client, in, in.Watch(ctx)
+}
+
+// next returns the first Snapshot from ch for which ok holds, failing t
+// after 10 s.
+func next(t *testing.T, ch <-chan *Snapshot, what string, ok func(*Snapshot) bool) *Snapshot {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case s, open := <-ch:
+			if !open {
+				t.Fatalf("%s: channel closed", what)
+			}
+			if ok(s) {
+				return s
+			}
+		case <-timeout:
+			t.Fatalf("%s: no such snapshot within 10s", what)
+		}
+	}
+}
+
+func objectNames(snap *Snapshot) []string {
+	var out []string
+	for _, ns := range snap.Namespaces {
+		out = append(out, "Namespace "+ns.Name)
+	}
+	for _, p := range snap.Pods {
+		out = append(out, "Pod "+p.Namespace+"/"+p.Name)
+	}
+	for _, n := range snap.Nodes {
+		out = append(out, "Node "+n.Name)
+	}
+	for _, np := range snap.Policies {
+		out = append(out, "NetworkPolicy "+np.Namespace+"/"+np.Name)
+	}
+	return out
+}
+
+func podWithIP(namespace, name, ip string, labels map[string]string) *corev1.Pod {
+	p := pod(namespace, name)
+	p.UID = types.UID("uid-" + namespace + "-" + name)
+	p.Labels = labels
+	p.Spec.NodeName = "node1"
+	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "busybox", Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}}
+	p.Status.Phase = corev1.PodRunning
+	if ip != "" {
+		p.Status.PodIP = ip
+	}
+	return p
+}
+
+func TestInformersInitialSnapshot(t *testing.T) {
+	x := namespace("x")
+	x.UID = "uid-x"
+	x.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	np := &networkingv1.NetworkPolicy{ObjectMeta: objectMeta("x", "deny"),
+		Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			Ports: []networkingv1.NetworkPolicyPort{{}},
+			From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.1/8"}}},
+		}}}}
+	np.UID = "uid-np"
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", UID: "uid-node1"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.1"}, {Type: corev1.NodeHostName, Address: "node1"}}}}
+	_, _, ch := startFake(t, x, podWithIP("x", "b", "10.1.0.2", nil), podWithIP("x", "a", "fd00::0:1", nil), node, np)
+	snap := next(t, ch, "initial", func(*Snapshot) bool { return true })
+
+	want := []string{"Namespace x", "Pod x/a", "Pod x/b", "Node node1", "NetworkPolicy x/deny"}
+	if d := cmp.Diff(want, objectNames(snap)); d != "" {
+		t.Fatalf("objects (-want +got):\n%s", d)
+	}
+	// The same defaulting and normalization as the manifests source.
+	if got := snap.Namespaces[0].Labels[corev1.LabelMetadataName]; got != "x" {
+		t.Errorf("namespace label %s = %q, want x", corev1.LabelMetadataName, got)
+	}
+	a := snap.Pods[0]
+	if got := a.Status.PodIPs; len(got) != 1 || got[0].IP != "fd00::1" {
+		t.Errorf("pod x/a podIPs = %v, want [fd00::1] (defaulted from podIP, canonical)", got)
+	}
+	if got := a.Spec.Containers[0].Ports[0].Protocol; got != corev1.ProtocolTCP {
+		t.Errorf("container port protocol = %q, want TCP", got)
+	}
+	p := snap.Policies[0]
+	if got := p.Spec.PolicyTypes; len(got) != 1 || got[0] != networkingv1.PolicyTypeIngress {
+		t.Errorf("policyTypes = %v, want [Ingress]", got)
+	}
+	if got := p.Spec.Ingress[0].From[0].IPBlock.CIDR; got != "10.0.0.0/8" {
+		t.Errorf("ipBlock cidr = %q, want 10.0.0.0/8", got)
+	}
+	if got := *p.Spec.Ingress[0].Ports[0].Protocol; got != corev1.ProtocolTCP {
+		t.Errorf("policy port protocol = %q, want TCP", got)
+	}
+	// Only what the compiler reads is kept.
+	if a.Spec.Containers[0].Image != "" || a.Spec.Containers[0].Env != nil || snap.Namespaces[0].ManagedFields != nil {
+		t.Errorf("cached objects were not slimmed: %+v", a.Spec.Containers[0])
+	}
+	if got := snap.Nodes[0].Status.Addresses; len(got) != 1 {
+		t.Errorf("node addresses = %v, want only the InternalIP", got)
+	}
+}
+
+func TestInformersFollowChanges(t *testing.T) {
+	ctx := context.Background()
+	client, _, ch := startFake(t, namespace("x"))
+	next(t, ch, "initial", func(*Snapshot) bool { return true })
+
+	pods := client.CoreV1().Pods("x")
+	created, err := pods.Create(ctx, podWithIP("x", "a", "", map[string]string{"app": "a"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "pod created", func(s *Snapshot) bool { return len(s.Pods) == 1 })
+
+	// A pod IP appearing, through the status subresource as the kubelet does.
+	created.Status.PodIP = "10.1.0.9"
+	updated, err := pods.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "pod IP", func(s *Snapshot) bool { return len(s.Pods) == 1 && s.Pods[0].Status.PodIP == "10.1.0.9" })
+
+	updated.Labels = map[string]string{"app": "b"}
+	if _, err := pods.Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "pod label", func(s *Snapshot) bool { return len(s.Pods) == 1 && s.Pods[0].Labels["app"] == "b" })
+
+	ns, err := client.CoreV1().Namespaces().Get(ctx, "x", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{"team": "red"}
+	if _, err := client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "namespace label", func(s *Snapshot) bool {
+		return len(s.Namespaces) == 1 && s.Namespaces[0].Labels["team"] == "red"
+	})
+
+	np := &networkingv1.NetworkPolicy{ObjectMeta: objectMeta("x", "deny")}
+	if _, err := client.NetworkingV1().NetworkPolicies("x").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "policy created", func(s *Snapshot) bool { return len(s.Policies) == 1 })
+
+	if err := pods.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.NetworkingV1().NetworkPolicies("x").Delete(ctx, "deny", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "deleted", func(s *Snapshot) bool { return len(s.Pods) == 0 && len(s.Policies) == 0 })
+}
+
+// A burst of changes is coalesced: far fewer Snapshots than events.
+func TestInformersCoalesceBursts(t *testing.T) {
+	ctx := context.Background()
+	client, _, ch := startFake(t, namespace("x"))
+	next(t, ch, "initial", func(*Snapshot) bool { return true })
+	const n = 200
+	for i := range n {
+		if _, err := client.CoreV1().Pods("x").Create(ctx, podWithIP("x", fmt.Sprintf("p%03d", i), "10.1.0.1", nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := 0
+	next(t, ch, "all pods", func(s *Snapshot) bool { seen++; return len(s.Pods) == n })
+	if seen > n/4 {
+		t.Errorf("%d snapshots for %d creates; want bursts coalesced", seen, n)
+	}
+	t.Logf("%d snapshots for %d creates", seen, n)
+}
+
+// An object the API server accepted but the compiler's validation rejects
+// (here: podIP not the first of podIPs) is left out, and comes back once
+// fixed.
+func TestInformersSkipInvalid(t *testing.T) {
+	ctx := context.Background()
+	bad := podWithIP("x", "bad", "10.1.0.1", nil)
+	bad.Status.PodIPs = []corev1.PodIP{{IP: "10.1.0.2"}}
+	client, _, ch := startFake(t, namespace("x"), bad, podWithIP("x", "good", "10.1.0.3", nil))
+	snap := next(t, ch, "initial", func(*Snapshot) bool { return true })
+	if d := cmp.Diff([]string{"Namespace x", "Pod x/good"}, objectNames(snap)); d != "" {
+		t.Fatalf("objects (-want +got):\n%s", d)
+	}
+	bad.Status.PodIPs = []corev1.PodIP{{IP: "10.1.0.1"}}
+	if _, err := client.CoreV1().Pods("x").UpdateStatus(ctx, bad, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "fixed pod", func(s *Snapshot) bool { return len(s.Pods) == 2 })
+}
+
+// Updates that change nothing the compiler reads (conditions, heartbeats,
+// annotations) do not cause Snapshots.
+func TestEqualIgnoringVersion(t *testing.T) {
+	in := NewInformers(fake.NewClientset(), InformerOptions{})
+	tr := func(o runtime.Object) any {
+		out, err := in.transform(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a := podWithIP("x", "a", "10.1.0.1", map[string]string{"app": "a"})
+	a.ResourceVersion = "1"
+	b := a.DeepCopy()
+	b.ResourceVersion = "2"
+	b.Annotations = map[string]string{"x": "y"}
+	b.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if !equalIgnoringVersion(tr(a), tr(b)) {
+		t.Error("a condition change compares unequal")
+	}
+	c := b.DeepCopy()
+	c.Labels = map[string]string{"app": "c"}
+	if equalIgnoringVersion(tr(b), tr(c)) {
+		t.Error("a label change compares equal")
+	}
+	d := b.DeepCopy()
+	d.Status.Phase = corev1.PodSucceeded
+	if equalIgnoringVersion(tr(b), tr(d)) {
+		t.Error("a phase change compares equal")
+	}
+	n1 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "1"}}
+	n2 := n1.DeepCopy()
+	n2.ResourceVersion = "2"
+	n2.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, LastHeartbeatTime: metav1.Now()}}
+	if !equalIgnoringVersion(tr(n1), tr(n2)) {
+		t.Error("a node heartbeat compares unequal")
+	}
+	// transform is idempotent, as client-go requires.
+	once := tr(a)
+	if d := cmp.Diff(once, tr(once.(runtime.Object))); d != "" {
+		t.Errorf("transform twice differs (-once +twice):\n%s", d)
+	}
+}
+
+// While watches fail, every failure is logged and Snapshots keep the last
+// listed state.
+func TestInformersWatchErrorsKeepState(t *testing.T) {
+	client := fake.NewClientset(namespace("x"), podWithIP("x", "a", "10.1.0.1", nil))
+	client.PrependWatchReactor("*", func(clienttesting.Action) (bool, watch.Interface, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	core, logs := observer.New(zap.WarnLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := NewInformers(client, InformerOptions{Log: zap.New(core)})
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for logs.FilterMessageSnippet("watch failed").Len() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("watch failures logged: %v", logs.All())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e := logs.FilterMessageSnippet("watch failed").All()[0]; e.ContextMap()["resource"] == nil || e.ContextMap()["error"] == nil {
+		t.Errorf("log entry lacks resource or error: %v", e.ContextMap())
+	}
+	if d := cmp.Diff([]string{"Namespace x", "Pod x/a"}, objectNames(in.Snapshot())); d != "" {
+		t.Errorf("objects (-want +got):\n%s", d)
+	}
+}
