@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# The whole suite: static checks, compiler tests, kernel and packet tests.
+# The whole suite: static checks, compiler tests, kernel and packet tests,
+# and the tests against a real kube-apiserver.
 # Kernel tests need root; with CI set they fail rather than skip without it.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 hack/deps.sh
+# kube-apiserver and etcd for the tests against a real API server
+# (hack/apiserver): built once into hack/tools/bin, and again only when
+# hack/tools changes (a cold build is 6-10 min on 2 idle cores, a relink seconds).
+NFTPOLICY_TOOLS_BIN=$(hack/tools/build.sh)
+export NFTPOLICY_TOOLS_BIN
 
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
 if [ -n "$unformatted" ]; then
