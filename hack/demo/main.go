@@ -48,7 +48,10 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 1
 	}
-	// Tear down on every way out: return, failure, Ctrl-C, SIGTERM.
+	// Tear down on every way out: return, failure, Ctrl-C, SIGTERM, and a
+	// closed stdout (`make demo | head`): with SIGPIPE ignored a write to
+	// it fails instead of killing the process before its clean-up.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	done := make(chan int, 1)
