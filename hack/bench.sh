@@ -57,3 +57,10 @@ if [ -z "${SKIP_PPS:-}" ]; then
 	echo "== per-NEW-packet cost"
 	go run ./hack/bench/pps -rounds "${PPS_ROUNDS:-5}" -seconds "${PPS_SECONDS:-2}"
 fi
+
+if [ -z "${SKIP_EVENTS:-}" ]; then
+	echo
+	echo "== event -> kernel"
+	go run ./hack/bench/events -policies 10 -events "${EVENTS:-200}"
+	go run ./hack/bench/events -policies 100 -events "${EVENTS_10K:-40}"
+fi
