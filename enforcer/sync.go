@@ -32,11 +32,12 @@ type Syncer struct {
 	last         *nft.Table // as last programmed; nil before the first sync or after a failure
 	repairs      uint64     // drift found and repaired
 	prio         int32      // resolved forward priority
-	prioResolved bool
+	prioResolved bool       // prio is current; cleared by CheckDrift
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
-// the priority comes from setting at each sync.
+// the priority comes from setting, resolved against the live ruleset on the
+// first sync and again on the first sync after each drift check.
 func NewSyncer(conn *nft.Conn, opts Options, setting PrioritySetting, log *zap.Logger) *Syncer {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
