@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/k8s"
 )
@@ -166,34 +167,6 @@ func TestIntegrationCleanup(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds nftpolicy once per test process, for the tests that need a
-// real process (signals, a daemon that outlives a call).
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nftpolicy-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nftpolicy")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -215,7 +188,7 @@ type daemon struct {
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{health: freeAddr(t)}
-	d.cmd = exec.Command(binary(t), append([]string{"run", "--health-addr", d.health}, args...)...)
+	d.cmd = exec.Command(testbin.Nftpolicy(t), append([]string{"run", "--health-addr", d.health}, args...)...)
 	pr, pw := io.Pipe()
 	d.cmd.Stderr = pw
 	go func() {
@@ -384,4 +357,10 @@ func TestIntegrationBrokenCorpus(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
 }

@@ -27,37 +27,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/hack/apiserver"
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 )
 
 // repoRoot is the repository, two levels above this package.
 var repoRoot = filepath.Join("..", "..")
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// nftpolicyBinary builds cmd/nftpolicy once per test process.
-func nftpolicyBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nftpolicy-k8se2e-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nftpolicy")
-		out, err := exec.Command("go", "build", "-o", binPath, filepath.Join(repoRoot, "cmd", "nftpolicy")).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // manifestDocs reads every YAML document of path as unstructured objects.
 func manifestDocs(t *testing.T, path string) []*unstructured.Unstructured {
@@ -211,7 +185,7 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 	health := ln.Addr().String()
 	ln.Close()
 	d := &daemon{health: health, done: make(chan struct{})}
-	d.cmd = exec.Command(nftpolicyBinary(t), append([]string{"run", "--health-addr", health}, args...)...)
+	d.cmd = exec.Command(testbin.Nftpolicy(t), append([]string{"run", "--health-addr", health}, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d, d
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -266,4 +240,10 @@ func (d *daemon) waitReady(t *testing.T, timeout time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("daemon not ready after %v:\n%s", timeout, d.logText())
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
 }
