@@ -294,18 +294,13 @@ func (c *compiler) policyOf(np *networkingv1.NetworkPolicy) *compiledPolicy {
 	return p
 }
 
-// policyTypes applies the API server's defaulting when policyTypes is empty:
-// Ingress always, Egress when the policy has egress rules.
+// policyTypes is the set of directions a policy isolates. Sources default
+// policyTypes already; the compiler applies the same defaulting again so a
+// snapshot built by hand (tests, future sources) means the same thing.
 func policyTypes(np *networkingv1.NetworkPolicy) map[networkingv1.PolicyType]bool {
 	types := map[networkingv1.PolicyType]bool{}
-	for _, t := range np.Spec.PolicyTypes {
+	for _, t := range k8s.PolicyTypes(&np.Spec) {
 		types[t] = true
-	}
-	if len(types) == 0 {
-		types[networkingv1.PolicyTypeIngress] = true
-		if len(np.Spec.Egress) != 0 {
-			types[networkingv1.PolicyTypeEgress] = true
-		}
 	}
 	return types
 }

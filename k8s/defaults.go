@@ -90,12 +90,21 @@ func DefaultNetworkPolicy(np *networkingv1.NetworkPolicy) {
 	for i := range np.Spec.Egress {
 		defaultPolicyPorts(np.Spec.Egress[i].Ports)
 	}
-	if len(np.Spec.PolicyTypes) == 0 {
-		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
-		if len(np.Spec.Egress) != 0 {
-			np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
-		}
+	np.Spec.PolicyTypes = PolicyTypes(&np.Spec)
+}
+
+// PolicyTypes returns the policy types a spec has once the API server has
+// defaulted it: its own when it lists any; otherwise Ingress, plus Egress
+// when spec.egress has at least one rule. It does not modify spec.
+func PolicyTypes(spec *networkingv1.NetworkPolicySpec) []networkingv1.PolicyType {
+	if len(spec.PolicyTypes) != 0 {
+		return spec.PolicyTypes
 	}
+	types := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	if len(spec.Egress) != 0 {
+		types = append(types, networkingv1.PolicyTypeEgress)
+	}
+	return types
 }
 
 func defaultPolicyPorts(ports []networkingv1.NetworkPolicyPort) {
