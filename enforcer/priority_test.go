@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -103,15 +104,30 @@ func TestCheckMarkMask(t *testing.T) {
 	}
 }
 
+// With a two-bit mask the allow bit is the lower one, both bits are cleared
+// when a packet leaves, and an allow bit already on a packet (a co-resident
+// sharing our bits under --allow-mark-overlap) does not let it through.
 func TestWiderMaskUsesLowestBit(t *testing.T) {
-	table, _ := Compile(cluster(policy("x", "deny", denyIngress)), Options{Node: testNode, MarkMask: 0x0c})
-	res, err := nft.Trace(table, "filter-forward", nft.Packet{
-		Src: addrOf(t, "x/b", nft.IPv4), Dst: addrOf(t, "x/a", nft.IPv4), Proto: nft.ProtoTCP, Dport: 80, Mark: 0x4000 | 0x08,
-	})
-	if err != nil {
-		t.Fatal(err)
+	const mask, allow = 0x0c, 0x04
+	table, _ := Compile(cluster(policy("x", "deny", denyIngress), policy("x", "from-y", selecting("a"), ingressRule(peers(nsPeer("y"))))),
+		Options{Node: testNode, MarkMask: mask})
+	if !strings.Contains(nft.Render(table), fmt.Sprintf("meta mark & 0x%08x == 0x%08x", allow, allow)) {
+		t.Fatalf("the allow check does not test bit 0x%x:\n%s", allow, nft.Render(table))
 	}
-	if res.Verdict != nft.Drop {
-		t.Errorf("a preset bit of our mask let a packet through: %v", res.Path)
+	trace := func(from string, mark uint32) nft.TraceResult {
+		t.Helper()
+		res, err := nft.Trace(table, "filter-forward", nft.Packet{
+			Src: addrOf(t, from, nft.IPv4), Dst: addrOf(t, "x/a", nft.IPv4), Proto: nft.ProtoTCP, Dport: 80, Mark: mark,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := trace("x/b", 0x4000|allow); res.Verdict != nft.Drop {
+		t.Errorf("a preset allow bit let a denied packet through: %v", res.Path)
+	}
+	if res := trace("y/a", 0x4000|mask); res.Verdict != nft.Accept || res.Mark != 0x4000 {
+		t.Errorf("allowed packet: verdict %s, mark 0x%x; want accept with 0x4000 only", res.Verdict, res.Mark)
 	}
 }
