@@ -242,8 +242,4 @@ func (d *daemon) waitReady(t *testing.T, timeout time.Duration) {
 	t.Fatalf("daemon not ready after %v:\n%s", timeout, d.logText())
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m) }

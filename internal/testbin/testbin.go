@@ -6,7 +6,7 @@
 // The binary is built once per test process with the caller's own
 // environment, so the packages are those `go test` already compiled and
 // the build costs a link. It lives in a temporary directory that is
-// removed when the process's tests are done (see Cleanup).
+// removed when the process's tests are done (see Main).
 package testbin
 
 import (
@@ -52,9 +52,12 @@ func Nftpolicy(t testing.TB) string {
 	return path
 }
 
-// Cleanup removes the built binary; call it from TestMain after m.Run.
-func Cleanup() {
+// Main is a TestMain for packages that call Nftpolicy: it runs the tests,
+// removes the built binary and exits with the tests' code.
+func Main(m *testing.M) {
+	code := m.Run()
 	if dir != "" {
 		os.RemoveAll(dir)
 	}
+	os.Exit(code)
 }
