@@ -48,13 +48,12 @@ func NewSyncer(conn *nft.Conn, opts Options, setting PrioritySetting, log *zap.L
 	return &Syncer{conn: conn, opts: opts, priority: setting, log: log}
 }
 
-// A SyncResult reports one sync.
+// A SyncResult reports one sync: the table compiled and what was written
+// to bring the kernel to it. Generation and errors are in Status; skipped
+// objects are logged.
 type SyncResult struct {
-	Generation uint64
-	Priority   int32
-	Problems   []Problem
-	Table      *nft.Table
-	Batch      nft.BatchStats // what was written; zero when nothing changed
+	Table *nft.Table
+	Batch nft.BatchStats // zero when nothing changed
 }
 
 // Priority resolves the priority setting against the base chains now on the
@@ -81,7 +80,6 @@ func (s *Syncer) Sync(snap *k8s.Snapshot) (SyncResult, error) {
 	s.lastErr = err
 	if err == nil {
 		s.generation++
-		res.Generation = s.generation
 	}
 	s.mu.Unlock()
 	return res, err
@@ -107,10 +105,8 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	opts := s.opts
 	opts.Priority = prio
 	table, problems := Compile(snap, opts)
-	for _, p := range problems {
-		s.log.Warn("skipped part of the snapshot", zap.String("object", p.Object), zap.Error(p.Err))
-	}
-	res := SyncResult{Priority: prio, Problems: problems, Table: table}
+	LogProblems(s.log, problems)
+	res := SyncResult{Table: table}
 	s.mu.Lock()
 	last := s.last
 	s.mu.Unlock()
@@ -182,6 +178,13 @@ func (s *Syncer) Repairs() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.repairs
+}
+
+// LogProblems logs each part of a snapshot the compiler left out.
+func LogProblems(log *zap.Logger, problems []Problem) {
+	for _, p := range problems {
+		log.Warn("skipped part of the snapshot", zap.String("object", p.Object), zap.Error(p.Err))
+	}
 }
 
 // Status reports the number of successful syncs (a sync that found the

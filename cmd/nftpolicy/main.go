@@ -226,9 +226,7 @@ func dump(cfg *config, stdout io.Writer, log *zap.Logger) error {
 		opts.Priority = cfg.priority.Value
 	}
 	table, problems := enforcer.Compile(snap, opts)
-	for _, p := range problems {
-		log.Warn("skipped part of the snapshot", zap.String("object", p.Object), zap.Error(p.Err))
-	}
+	enforcer.LogProblems(log, problems)
 	_, err = io.WriteString(stdout, nft.Render(table))
 	return err
 }
