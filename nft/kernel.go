@@ -15,6 +15,11 @@ type BaseChain struct {
 // ErrNoTable reports that the table asked for does not exist.
 var ErrNoTable = errors.New("table does not exist")
 
+// ErrGenerationChanged reports a batch the kernel refused because the ruleset
+// generation was no longer the one the caller expected: someone else
+// committed. Nothing of the batch was applied. Test for it with errors.Is.
+var ErrGenerationChanged = errors.New("ruleset generation changed")
+
 // A TableState is what the reader finds of one of our tables in the kernel:
 // its chains with the comments of their rules, and its sets with their
 // elements. Rule expressions are not decoded; `nft list` is the tool for
@@ -31,4 +36,8 @@ type BatchStats struct {
 	ChainsWritten   int  // chains added or rewritten
 	ElementsAdded   int  // encoded set elements (an interval is two)
 	ElementsDeleted int
+	// Generation is the ruleset generation the batch created, as the kernel
+	// announced it for this very commit; when nothing was written, the
+	// current generation. Pass it to the next ApplyAt or UpdateAt.
+	Generation uint32
 }

@@ -24,13 +24,16 @@ const elementsPerMessage = 512
 //
 // Every operation builds its own google/nftables connection: messages queue
 // inside that object until Flush, so a batch abandoned halfway (an encoding
-// error) is dropped with it and can never leak into the next batch.
+// error) is dropped with it and can never leak into the next batch. Batches
+// reach the kernel through a batchTransport of their own (see gen_linux.go),
+// which adds the generation check and reads back the generation committed.
 type Conn struct {
 	nsFd int // -1 when operating in the caller's own namespace
 }
 
 // newBatch returns a fresh google/nftables connection with an empty message
-// queue, in this Conn's namespace.
+// queue, in this Conn's namespace, for reading. Batches that write use
+// newBatchConn.
 func (c *Conn) newBatch() (*nftables.Conn, error) {
 	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers)}
 	if c.nsFd >= 0 {
@@ -98,11 +101,22 @@ func (c *Conn) Close() error {
 // created if missing, deleted, and written anew, and the kernel commits the
 // batch as one transaction. Packets see either the old table or the new one,
 // and if the kernel refuses any message the old table stays as it was.
+// It is ApplyAt without a generation check.
 func (c *Conn) Apply(t *Table) (BatchStats, error) {
+	return c.ApplyAt(t, 0)
+}
+
+// ApplyAt is Apply, checked against the ruleset generation gen (from
+// Generation or a previous BatchStats.Generation): unless gen is 0, the
+// kernel refuses the batch, changing nothing, if anyone has committed since
+// gen, and the error is ErrGenerationChanged. The check and the commit are
+// one step in the kernel. BatchStats.Generation is the generation the batch
+// created.
+func (c *Conn) ApplyAt(t *Table, gen uint32) (BatchStats, error) {
 	if t.Family != FamilyInet {
 		return BatchStats{}, fmt.Errorf("apply table %s %s: only inet tables are supported", t.Family, t.Name)
 	}
-	b, err := c.newWriter(t.Name)
+	b, err := c.newWriter(t.Name, gen)
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("apply table %s %s: netlink: %w", t.Family, t.Name, err)
 	}
@@ -114,8 +128,8 @@ func (c *Conn) Apply(t *Table) (BatchStats, error) {
 	if err := b.writeTable(t); err != nil {
 		return BatchStats{}, fmt.Errorf("apply table %s %s: %w", t.Family, t.Name, err)
 	}
-	if err := b.nl.Flush(); err != nil {
-		return BatchStats{}, fmt.Errorf("apply table %s %s: kernel refused the batch: %w", t.Family, t.Name, err)
+	if err := b.flush(fmt.Sprintf("apply table %s %s", t.Family, t.Name)); err != nil {
+		return BatchStats{}, err
 	}
 	return b.stats, nil
 }
@@ -125,24 +139,41 @@ func (c *Conn) Apply(t *Table) (BatchStats, error) {
 // deleted chains and sets, rewritten chains, and added and deleted set
 // elements. When the change cannot be made in place (see Delta.Full), or old
 // is nil, it replaces the whole table as Apply does. Like Apply, a refused
-// batch changes nothing.
+// batch changes nothing. It is UpdateAt without a generation check.
 func (c *Conn) Update(old, new *Table) (BatchStats, error) {
+	return c.UpdateAt(old, new, 0)
+}
+
+// UpdateAt is Update, checked against the ruleset generation gen as ApplyAt
+// checks it, also when it falls back to replacing the whole table. When
+// there is nothing to write it sends no batch: BatchStats.Generation is then
+// the current generation, and if gen is not 0 and no longer current the
+// error is ErrGenerationChanged all the same, since old may no longer be
+// what the kernel holds.
+func (c *Conn) UpdateAt(old, new *Table, gen uint32) (BatchStats, error) {
 	d := Diff(old, new)
 	if d.Full {
-		return c.Apply(new)
+		return c.ApplyAt(new, gen)
 	}
 	if d.Empty() {
-		return BatchStats{}, nil
+		cur, err := c.Generation()
+		if err != nil {
+			return BatchStats{}, fmt.Errorf("update table inet %s: %w", new.Name, err)
+		}
+		if gen != 0 && cur != gen {
+			return BatchStats{}, fmt.Errorf("update table inet %s: nothing to write, but: %w: expected generation %d, found %d", new.Name, ErrGenerationChanged, gen, cur)
+		}
+		return BatchStats{Generation: cur}, nil
 	}
-	b, err := c.newWriter(new.Name)
+	b, err := c.newWriter(new.Name, gen)
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("update table inet %s: netlink: %w", new.Name, err)
 	}
 	if err := b.writeDelta(d, new); err != nil {
 		return BatchStats{}, fmt.Errorf("update table inet %s: %w", new.Name, err)
 	}
-	if err := b.nl.Flush(); err != nil {
-		return BatchStats{}, fmt.Errorf("update table inet %s: kernel refused the batch: %w", new.Name, err)
+	if err := b.flush("update table inet " + new.Name); err != nil {
+		return BatchStats{}, err
 	}
 	return b.stats, nil
 }
@@ -150,23 +181,43 @@ func (c *Conn) Update(old, new *Table) (BatchStats, error) {
 // A writer queues one batch.
 type writer struct {
 	nl     *nftables.Conn
+	tx     *batchTransport
 	table  *nftables.Table
 	chains map[string]*nftables.Chain
 	sets   map[string]*nftables.Set
 	stats  BatchStats
 }
 
-func (c *Conn) newWriter(table string) (*writer, error) {
-	nl, err := c.newBatch()
+func (c *Conn) newWriter(table string, gen uint32) (*writer, error) {
+	nl, tx, err := c.newBatchConn(gen)
 	if err != nil {
 		return nil, err
 	}
 	return &writer{
 		nl:     nl,
+		tx:     tx,
 		table:  &nftables.Table{Family: nftables.TableFamilyINet, Name: table},
 		chains: map[string]*nftables.Chain{},
 		sets:   map[string]*nftables.Set{},
 	}, nil
+}
+
+// flush sends the batch and records the generation it created in the
+// stats. op starts the error messages.
+func (b *writer) flush(op string) error {
+	gen, err := b.tx.flush(b.nl)
+	if err != nil {
+		return fmt.Errorf("%s: kernel refused the batch: %w", op, err)
+	}
+	if gen == 0 {
+		// The kernel announces every generation it creates; a batch that
+		// changes nothing creates none, and the current one is the answer.
+		if gen, err = b.tx.c.Generation(); err != nil {
+			return fmt.Errorf("%s: batch committed, but: %w", op, err)
+		}
+	}
+	b.stats.Generation = gen
+	return nil
 }
 
 // Delete removes the table. A table that does not exist is not an error.
@@ -174,7 +225,7 @@ func (c *Conn) Delete(family Family, name string) error {
 	if family != FamilyInet {
 		return fmt.Errorf("delete table %s %s: only inet tables are supported", family, name)
 	}
-	nl, err := c.newBatch()
+	nl, tx, err := c.newBatchConn(0)
 	if err != nil {
 		return fmt.Errorf("delete table %s %s: netlink: %w", family, name, err)
 	}
@@ -183,7 +234,7 @@ func (c *Conn) Delete(family Family, name string) error {
 	// in one transaction, as `nft add table; nft delete table` would.
 	nl.AddTable(table)
 	nl.DelTable(table)
-	if err := nl.Flush(); err != nil {
+	if _, err := tx.flush(nl); err != nil {
 		return fmt.Errorf("delete table %s %s: %w", family, name, err)
 	}
 	return nil

@@ -26,6 +26,17 @@ func (c *Conn) Apply(t *Table) (BatchStats, error) { return BatchStats{}, ErrUns
 // Update fails off Linux.
 func (c *Conn) Update(old, new *Table) (BatchStats, error) { return BatchStats{}, ErrUnsupported }
 
+// Generation fails off Linux.
+func (c *Conn) Generation() (uint32, error) { return 0, ErrUnsupported }
+
+// ApplyAt fails off Linux.
+func (c *Conn) ApplyAt(t *Table, gen uint32) (BatchStats, error) { return BatchStats{}, ErrUnsupported }
+
+// UpdateAt fails off Linux.
+func (c *Conn) UpdateAt(old, new *Table, gen uint32) (BatchStats, error) {
+	return BatchStats{}, ErrUnsupported
+}
+
 // Delete fails off Linux.
 func (c *Conn) Delete(family Family, name string) error { return ErrUnsupported }
 
