@@ -2,9 +2,11 @@ package enforcer
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/nftpolicy/nftpolicy/internal/scale"
+	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -38,6 +40,36 @@ func BenchmarkCompile(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_ = nft.Render(table)
+			}
+		})
+	}
+}
+
+// BenchmarkCompileEvent measures the incremental compiler alone for one pod
+// label change, alternating between two snapshots, and the diff of the two
+// tables that the applier then writes.
+// Run: go test -run '^$' -bench CompileEvent -benchmem ./enforcer/
+func BenchmarkCompileEvent(b *testing.B) {
+	for _, policiesPerNS := range []int{10, 100} {
+		snap := scale.Cluster(100, 100, policiesPerNS, 100, testNode, false)
+		changed := *snap
+		changed.Pods = slices.Clone(snap.Pods)
+		p := snap.Pods[3].DeepCopy()
+		p.Labels["tier"] = "tier-1"
+		changed.Pods[3] = p
+		snaps := []*k8s.Snapshot{&changed, snap}
+		b.Run(fmt.Sprintf("policies=%d/pods=10000/pod-label", 100*policiesPerNS), func(b *testing.B) {
+			c := NewCompiler(Options{Node: testNode})
+			last, _ := c.Compile(snap, DefaultPriority)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				table, _ := c.Compile(snaps[i%2], DefaultPriority)
+				if d := nft.Diff(last, table); d.Full || d.Empty() {
+					b.Fatalf("delta %+v", d)
+				}
+				last = table
+				i++
 			}
 		})
 	}

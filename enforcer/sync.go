@@ -25,6 +25,8 @@ type Syncer struct {
 	opts     Options
 	priority PrioritySetting
 	log      *zap.Logger
+	syncMu   sync.Mutex // one Sync at a time: the compiler keeps state between them
+	compiler *Compiler
 
 	mu           sync.Mutex
 	generation   uint64     // successful syncs so far
@@ -45,7 +47,7 @@ func NewSyncer(conn *nft.Conn, opts Options, setting PrioritySetting, log *zap.L
 	if opts.MarkMask == 0 {
 		opts.MarkMask = DefaultMarkMask
 	}
-	return &Syncer{conn: conn, opts: opts, priority: setting, log: log}
+	return &Syncer{conn: conn, opts: opts, priority: setting, log: log, compiler: NewCompiler(opts)}
 }
 
 // A SyncResult reports one sync: the table compiled and what was written
@@ -73,8 +75,11 @@ func (s *Syncer) Priority() (int32, error) {
 }
 
 // Sync compiles snap and programs it. On error the kernel keeps the table of
-// the previous successful sync.
+// the previous successful sync. The compile is incremental (see Compiler):
+// it costs what changed since the previous Sync's snapshot.
 func (s *Syncer) Sync(snap *k8s.Snapshot) (SyncResult, error) {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	res, err := s.sync(snap)
 	s.mu.Lock()
 	s.lastErr = err
@@ -102,9 +107,7 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 		s.prio, s.prioResolved = p, true
 		s.mu.Unlock()
 	}
-	opts := s.opts
-	opts.Priority = prio
-	table, problems := Compile(snap, opts)
+	table, problems := s.compiler.Compile(snap, prio)
 	LogProblems(s.log, problems)
 	res := SyncResult{Table: table}
 	s.mu.Lock()

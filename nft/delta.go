@@ -54,9 +54,11 @@ func Diff(old, new *Table) *Delta {
 		switch {
 		case !ok:
 			d.AddChains = append(d.AddChains, c)
+		case o == c:
+			// Tables from one Compiler share what did not change.
 		case !reflect.DeepEqual(o.Hook, c.Hook):
 			return &Delta{Full: true, Reason: "base chain " + c.Name + " changed its hook or priority"}
-		case !slices.EqualFunc(o.Rules, c.Rules, rulesEqual):
+		case !slices.EqualFunc(o.Rules, c.Rules, Rule.Equal):
 			d.RewriteChains = append(d.RewriteChains, c)
 		}
 	}
@@ -77,6 +79,7 @@ func Diff(old, new *Table) *Delta {
 		switch {
 		case !ok:
 			d.AddSets = append(d.AddSets, s)
+		case o == s:
 		case o.Key != s.Key || o.Interval != s.Interval || o.Verdict != s.Verdict || o.Comment != s.Comment:
 			return &Delta{Full: true, Reason: "set " + s.Name + " changed its type, flags or comment"}
 		case !slices.Equal(o.Elements, s.Elements):
@@ -89,8 +92,4 @@ func Diff(old, new *Table) *Delta {
 		}
 	}
 	return d
-}
-
-func rulesEqual(a, b Rule) bool {
-	return a.Comment == b.Comment && slices.Equal(a.Exprs, b.Exprs)
 }

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -48,6 +49,11 @@ type Hook struct {
 type Rule struct {
 	Exprs   []Expr
 	Comment string
+}
+
+// Equal reports whether two rules are the same, comment included.
+func (r Rule) Equal(o Rule) bool {
+	return r.Comment == o.Comment && slices.Equal(r.Exprs, o.Exprs)
 }
 
 // An Expr is one piece of a rule. The concrete types below are the only

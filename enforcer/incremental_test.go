@@ -1,0 +1,354 @@
+package enforcer
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// TestIncrementalMatchesFull drives one Compiler through random event
+// sequences (pods, namespaces and policies added, changed and deleted, and
+// objects replaced by equal copies) and checks after every event that it
+// returns exactly what a fresh compile of the same snapshot returns.
+func TestIncrementalMatchesFull(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			w := newWorld(seed)
+			inc := NewCompiler(Options{Node: testNode})
+			for step := 0; step < 150; step++ {
+				event := w.step()
+				snap := w.snapshot()
+				got, gotProblems := inc.Compile(snap, DefaultPriority)
+				want, wantProblems := Compile(snap, Options{Node: testNode, Priority: DefaultPriority})
+				if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
+					t.Fatalf("step %d (%s): incremental table differs from a full compile (-full +incremental):\n%s", step, event, diff)
+				}
+				if diff := gocmp.Diff(problemStrings(wantProblems), problemStrings(gotProblems)); diff != "" {
+					t.Fatalf("step %d (%s): problems differ (-full +incremental):\n%s", step, event, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestIncrementalSharesUnchanged checks that a table from a Compiler reuses
+// the chains and sets an event did not touch, which is what makes nft.Diff
+// cheap, and that an event that changes nothing yields an empty delta.
+func TestIncrementalSharesUnchanged(t *testing.T) {
+	snap := cluster(
+		policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))),
+		policy("y", "allow-z", ingressRule(peers(nsPeer("z")), namedPort(tcp, "serve-80-tcp"))),
+	)
+	inc := NewCompiler(Options{Node: testNode})
+	first, _ := inc.Compile(snap, DefaultPriority)
+
+	// A pod of z changes labels: only the peer set naming namespace z may change.
+	next := *snap
+	next.Pods = slices.Clone(snap.Pods)
+	for i, p := range next.Pods {
+		if p.Namespace == "z" && p.Name == "a" {
+			p = p.DeepCopy()
+			p.Labels["tier"] = "new"
+			next.Pods[i] = p
+		}
+	}
+	second, _ := inc.Compile(&next, DefaultPriority)
+	d := nft.Diff(first, second)
+	if !d.Empty() {
+		t.Errorf("a label no selector reads changed the table: %+v", d)
+	}
+	for i := range first.Chains {
+		if i > 0 && first.Chains[i] != second.Chains[i] {
+			t.Errorf("chain %s was rebuilt", first.Chains[i].Name)
+		}
+	}
+	for i := range first.Sets {
+		if i >= 4 && first.Sets[i] != second.Sets[i] {
+			t.Errorf("set %s was rebuilt", first.Sets[i].Name)
+		}
+	}
+
+	// Deleting a pod of z changes exactly the peer sets naming z and the
+	// sets of the named port it served.
+	third := next
+	third.Pods = slices.DeleteFunc(slices.Clone(next.Pods), func(p *corev1.Pod) bool { return p.Namespace == "z" && p.Name == "b" })
+	table, _ := inc.Compile(&third, DefaultPriority)
+	d = nft.Diff(second, table)
+	var updated []string
+	for _, u := range d.UpdateSets {
+		updated = append(updated, u.New.Comment)
+	}
+	slices.Sort(updated)
+	port := "named port serve-80-tcp/tcp: address . protocol . port of every pod serving it"
+	if want := []string{port, port, "peers ns:ns=z|pod:all;", "peers ns:ns=z|pod:all;"}; !slices.Equal(updated, want) ||
+		len(d.AddChains)+len(d.RewriteChains)+len(d.DeleteChains)+len(d.AddSets)+len(d.DeleteSets) != 0 {
+		t.Errorf("deleting z/b: delta %+v, updated sets %q, want only %q", d, updated, want)
+	}
+}
+
+func problemStrings(ps []Problem) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Error())
+	}
+	return out
+}
+
+// A world is a small random cluster that changes one object per step.
+type world struct {
+	r          *rand.Rand
+	namespaces map[string]*corev1.Namespace
+	pods       map[objKey]*corev1.Pod
+	policies   map[objKey]*networkingv1.NetworkPolicy
+	nextIP     int
+}
+
+var (
+	worldNamespaces = []string{"x", "y", "z", "w"}
+	worldPods       = []string{"a", "b", "c", "d", "e"}
+	worldPolicies   = []string{"p0", "p1", "p2", "p3", "p4", "p5"}
+	worldPortNames  = []string{"http", "dns", "metrics"}
+)
+
+func newWorld(seed uint64) *world {
+	w := &world{
+		r:          rand.New(rand.NewPCG(seed, seed*7919)),
+		namespaces: map[string]*corev1.Namespace{},
+		pods:       map[objKey]*corev1.Pod{},
+		policies:   map[objKey]*networkingv1.NetworkPolicy{},
+	}
+	for _, ns := range worldNamespaces[:3] {
+		w.namespaces[ns] = w.randomNamespace(ns)
+		for _, p := range worldPods[:3] {
+			w.pods[objKey{ns, p}] = w.randomPod(ns, p)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		ns := w.pick(worldNamespaces[:3])
+		name := w.pick(worldPolicies)
+		w.policies[objKey{ns, name}] = w.randomPolicy(ns, name)
+	}
+	return w
+}
+
+func (w *world) pick(s []string) string { return s[w.r.IntN(len(s))] }
+
+func (w *world) randomNamespace(name string) *corev1.Namespace {
+	labels := map[string]string{"team": w.pick([]string{"red", "blue"})}
+	if w.r.IntN(3) == 0 {
+		labels["env"] = "prod"
+	}
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func (w *world) ip() (string, string) {
+	w.nextIP++
+	return fmt.Sprintf("10.1.%d.%d", w.nextIP/200, w.nextIP%200+1), fmt.Sprintf("fd00:1::%x", w.nextIP)
+}
+
+func (w *world) randomPod(ns, name string) *corev1.Pod {
+	v4, v6 := w.ip()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+			"app": w.pick([]string{"web", "db"}), "tier": w.pick([]string{"1", "2"}),
+		}},
+		Spec:   corev1.PodSpec{NodeName: w.pick([]string{testNode, testNode, "node-2"})},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: v4}, {IP: v6}}},
+	}
+	var ports []corev1.ContainerPort
+	for i, n := range worldPortNames {
+		if w.r.IntN(2) == 0 {
+			ports = append(ports, corev1.ContainerPort{Name: n, ContainerPort: int32(8000 + i + w.r.IntN(2)*100), Protocol: []corev1.Protocol{tcp, udp}[w.r.IntN(2)]})
+		}
+	}
+	p.Spec.Containers = []corev1.Container{{Name: "c", Ports: ports}}
+	switch w.r.IntN(12) {
+	case 0:
+		p.Spec.HostNetwork = true
+	case 1:
+		p.Status.Phase = corev1.PodSucceeded
+	case 2:
+		p.Status.PodIPs = nil
+	case 3:
+		p.Status.PodIPs = []corev1.PodIP{{IP: "not-an-ip"}}
+	}
+	return p
+}
+
+func (w *world) randomPeer(ns string) networkingv1.NetworkPolicyPeer {
+	podSel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": w.pick([]string{"web", "db"})}}
+	switch w.r.IntN(7) {
+	case 0:
+		return networkingv1.NetworkPolicyPeer{PodSelector: podSel}
+	case 1:
+		return networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": w.pick([]string{"red", "blue"})}}}
+	case 2:
+		return networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}, PodSelector: podSel}
+	case 3:
+		return networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "env", Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}, PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"2"}},
+		}}}
+	case 4:
+		return ipBlock("10.1.0.0/16", "10.1.0.0/26")
+	case 5:
+		return ipBlock("fd00:1::/64", "fd00:1::/124")
+	}
+	// An invalid selector: the rule must be left out, as a problem.
+	return networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "app", Operator: "Bogus"},
+	}}}
+}
+
+func (w *world) randomPorts() []networkingv1.NetworkPolicyPort {
+	var out []networkingv1.NetworkPolicyPort
+	for i := w.r.IntN(3); i > 0; i-- {
+		switch w.r.IntN(3) {
+		case 0:
+			out = append(out, port(tcp, int32(80+w.r.IntN(3))))
+		case 1:
+			out = append(out, namedPort([]corev1.Protocol{tcp, udp}[w.r.IntN(2)], w.pick(worldPortNames)))
+		default:
+			out = append(out, portRange(udp, 5000, 5100))
+		}
+	}
+	return out
+}
+
+func (w *world) randomPolicy(ns, name string) *networkingv1.NetworkPolicy {
+	np := policy(ns, name)
+	switch w.r.IntN(4) {
+	case 0:
+	case 1:
+		np.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": w.pick([]string{"web", "db"})}}
+	case 2:
+		np.Spec.PodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"1"}}}}
+	case 3:
+		if w.r.IntN(3) == 0 {
+			np.Spec.PodSelector = metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Bogus"}}}
+		}
+	}
+	for i := w.r.IntN(3); i > 0; i-- {
+		var ps []networkingv1.NetworkPolicyPeer
+		for j := w.r.IntN(3); j > 0; j-- {
+			ps = append(ps, w.randomPeer(ns))
+		}
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: ps, Ports: w.randomPorts()})
+	}
+	if w.r.IntN(2) == 0 {
+		np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress)
+		for i := w.r.IntN(3); i > 0; i-- {
+			var ps []networkingv1.NetworkPolicyPeer
+			for j := w.r.IntN(3); j > 0; j-- {
+				ps = append(ps, w.randomPeer(ns))
+			}
+			np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: ps, Ports: w.randomPorts()})
+		}
+	}
+	return np
+}
+
+// step changes the world by one event and names it.
+func (w *world) step() string {
+	switch w.r.IntN(11) {
+	case 0, 1: // pod added or replaced
+		ns, name := w.pick(worldNamespaces), w.pick(worldPods)
+		w.pods[objKey{ns, name}] = w.randomPod(ns, name)
+		return "pod set " + ns + "/" + name
+	case 2: // pod deleted
+		if k, ok := w.anyKey(w.pods); ok {
+			delete(w.pods, k)
+			return "pod delete " + k.String()
+		}
+	case 3: // pod labels changed
+		if k, ok := w.anyKey(w.pods); ok {
+			p := w.pods[k].DeepCopy()
+			p.Labels["app"] = w.pick([]string{"web", "db", "cache"})
+			w.pods[k] = p
+			return "pod labels " + k.String()
+		}
+	case 4: // pod moved to another address or node
+		if k, ok := w.anyKey(w.pods); ok {
+			p := w.pods[k].DeepCopy()
+			if w.r.IntN(2) == 0 {
+				v4, v6 := w.ip()
+				p.Status.PodIPs = []corev1.PodIP{{IP: v4}, {IP: v6}}
+			} else {
+				p.Spec.NodeName = w.pick([]string{testNode, "node-2"})
+			}
+			w.pods[k] = p
+			return "pod moved " + k.String()
+		}
+	case 5: // namespace labels changed, added or deleted
+		ns := w.pick(worldNamespaces)
+		if _, ok := w.namespaces[ns]; ok && w.r.IntN(4) == 0 {
+			delete(w.namespaces, ns)
+			return "namespace delete " + ns
+		}
+		w.namespaces[ns] = w.randomNamespace(ns)
+		return "namespace set " + ns
+	case 6, 7: // policy added or replaced
+		ns, name := w.pick(worldNamespaces), w.pick(worldPolicies)
+		w.policies[objKey{ns, name}] = w.randomPolicy(ns, name)
+		return "policy set " + ns + "/" + name
+	case 8: // policy deleted
+		if k, ok := w.anyKey(w.policies); ok {
+			delete(w.policies, k)
+			return "policy delete " + k.String()
+		}
+	case 9: // every object replaced by an equal copy, as a manifests reload does
+		for k, p := range w.pods {
+			w.pods[k] = p.DeepCopy()
+		}
+		for k, np := range w.policies {
+			w.policies[k] = np.DeepCopy()
+		}
+		for k, ns := range w.namespaces {
+			w.namespaces[k] = ns.DeepCopy()
+		}
+		return "copies"
+	}
+	return "nothing"
+}
+
+func (w *world) anyKey(m any) (objKey, bool) {
+	var keys []objKey
+	switch m := m.(type) {
+	case map[objKey]*corev1.Pod:
+		keys = slices.Collect(maps.Keys(m))
+	case map[objKey]*networkingv1.NetworkPolicy:
+		keys = slices.Collect(maps.Keys(m))
+	}
+	if len(keys) == 0 {
+		return objKey{}, false
+	}
+	slices.SortFunc(keys, compareKeys)
+	return keys[w.r.IntN(len(keys))], true
+}
+
+// snapshot lists the world sorted, as sources do; unchanged objects are the
+// same pointers as in the previous snapshot.
+func (w *world) snapshot() *k8s.Snapshot {
+	s := &k8s.Snapshot{}
+	for _, name := range slices.Sorted(maps.Keys(w.namespaces)) {
+		s.Namespaces = append(s.Namespaces, w.namespaces[name])
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(w.pods), compareKeys) {
+		s.Pods = append(s.Pods, w.pods[k])
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(w.policies), compareKeys) {
+		s.Policies = append(s.Policies, w.policies[k])
+	}
+	return s
+}

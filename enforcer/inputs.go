@@ -1,0 +1,240 @@
+package enforcer
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// This file keeps the compiler's view of namespaces and pods in step with
+// each snapshot and records what changed.
+
+type nsEntry struct {
+	obj    *corev1.Namespace
+	labels labels.Set // with the name label the API server always sets
+	seen   uint64
+}
+
+// An nsChange is a namespace whose labels changed (or that appeared or went).
+type nsChange struct {
+	name     string
+	old, new labels.Set
+}
+
+// namespaceLabels of a namespace the snapshot has no object for is just the
+// name label the API server would have given it.
+func (c *Compiler) namespaceLabels(ns string) labels.Set {
+	if e, ok := c.namespaces[ns]; ok {
+		return e.labels
+	}
+	return labels.Set{corev1.LabelMetadataName: ns}
+}
+
+func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, ch *changes) {
+	for _, ns := range nss {
+		e := c.namespaces[ns.Name]
+		if e != nil && e.obj == ns {
+			e.seen = c.gen
+			continue
+		}
+		set := make(labels.Set, len(ns.Labels)+1)
+		maps.Copy(set, ns.Labels)
+		// The API server always sets this label; manifests may not.
+		set[corev1.LabelMetadataName] = ns.Name
+		old := c.namespaceLabels(ns.Name)
+		c.namespaces[ns.Name] = &nsEntry{obj: ns, labels: set, seen: c.gen}
+		if !maps.Equal(old, set) {
+			ch.namespaces = append(ch.namespaces, nsChange{ns.Name, old, set})
+		}
+	}
+	for name, e := range c.namespaces {
+		if e.seen != c.gen {
+			delete(c.namespaces, name)
+			if now := c.namespaceLabels(name); !maps.Equal(e.labels, now) {
+				ch.namespaces = append(ch.namespaces, nsChange{name, e.labels, now})
+			}
+		}
+	}
+}
+
+// A pod is what the compiler needs of a Pod that takes part in policy.
+// Views are immutable: a pod that changes gets a new one.
+type pod struct {
+	key       objKey
+	namespace string // key.namespace
+	name      string // key.name
+	labels    labels.Set
+	ips       []netip.Addr
+	ports     []corev1.ContainerPort
+	local     bool // on this node
+}
+
+func (p *pod) equal(o *pod) bool {
+	return p.key == o.key && p.local == o.local && maps.Equal(p.labels, o.labels) &&
+		slices.Equal(p.ips, o.ips) && slices.Equal(p.ports, o.ports)
+}
+
+type podEntry struct {
+	key      objKey
+	obj      *corev1.Pod
+	view     *pod // nil for a pod that takes no part in policy
+	problems []Problem
+	seen     uint64
+}
+
+// A podChange is a pod whose view changed; old or new is nil when the pod
+// started or stopped taking part in policy.
+type podChange struct{ old, new *pod }
+
+func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
+	for _, p := range pods {
+		key := objKey{p.Namespace, p.Name}
+		e := c.pods[key]
+		if e != nil && e.obj == p {
+			e.seen = c.gen
+			continue
+		}
+		view, problems := c.podOf(p)
+		var old *pod
+		if e != nil {
+			old = e.view
+		}
+		if old != nil && view != nil && old.equal(view) {
+			view = old // keep the object: peer sets compare pods by pointer
+		}
+		c.pods[key] = &podEntry{key: key, obj: p, view: view, problems: problems, seen: c.gen}
+		if old != view {
+			c.podChanged(old, view, ch)
+		}
+	}
+	for key, e := range c.pods {
+		if e.seen != c.gen {
+			delete(c.pods, key)
+			if e.view != nil {
+				c.podChanged(e.view, nil, ch)
+			}
+		}
+	}
+}
+
+// podChanged updates the indexes for a pod whose view changed from old to
+// new and records the change.
+func (c *Compiler) podChanged(old, new *pod, ch *changes) {
+	pd := new
+	if pd == nil {
+		pd = old
+	}
+	ns := pd.namespace
+	ch.pods[ns] = append(ch.pods[ns], podChange{old, new})
+	ch.anyPod = true
+	c.every = nil
+
+	hadPods := len(c.byNS[ns]) > 0
+	c.byNS[ns] = replacePod(c.byNS[ns], old, new)
+	switch has := len(c.byNS[ns]) > 0; {
+	case has && !hadPods:
+		i, _ := slices.BinarySearch(c.nsNames, ns)
+		c.nsNames = slices.Insert(c.nsNames, i, ns)
+	case !has && hadPods:
+		i, _ := slices.BinarySearch(c.nsNames, ns)
+		c.nsNames = slices.Delete(c.nsNames, i, i+1)
+		delete(c.byNS, ns)
+	}
+
+	if (old != nil && old.local) || (new != nil && new.local) {
+		var oldLocal, newLocal *pod
+		if old != nil && old.local {
+			oldLocal = old
+		}
+		if new != nil && new.local {
+			newLocal = new
+		}
+		if oldLocal != nil && newLocal == nil {
+			ch.goneLocal = append(ch.goneLocal, old.key)
+		}
+		c.localByNS[ns] = replacePod(c.localByNS[ns], oldLocal, newLocal)
+		if len(c.localByNS[ns]) == 0 {
+			delete(c.localByNS, ns)
+		}
+		ch.targetsNS[ns] = true
+		ch.podChainNS[ns] = true
+	}
+}
+
+// replacePod removes old from and inserts new into a slice sorted by name.
+func replacePod(pods []*pod, old, new *pod) []*pod {
+	if old != nil {
+		if i, ok := slices.BinarySearchFunc(pods, old.name, podByName); ok {
+			pods = slices.Delete(pods, i, i+1)
+		}
+	}
+	if new != nil {
+		i, _ := slices.BinarySearchFunc(pods, new.name, podByName)
+		pods = slices.Insert(pods, i, new)
+	}
+	return pods
+}
+
+func podByName(p *pod, name string) int { return strings.Compare(p.name, name) }
+
+// everyPod lists every participating pod, sorted by namespace and name.
+func (c *Compiler) everyPod() []*pod {
+	if c.every == nil {
+		c.every = []*pod{}
+		for _, ns := range c.nsNames {
+			c.every = append(c.every, c.byNS[ns]...)
+		}
+	}
+	return c.every
+}
+
+// podOf returns the policy view of a pod, or nil for a pod that takes no
+// part in policy: host-network pods (their IPs are the node's), pods that
+// have finished, and pods without an IP yet.
+func (c *Compiler) podOf(p *corev1.Pod) (*pod, []Problem) {
+	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return nil, nil
+	}
+	key := objKey{p.Namespace, p.Name}
+	pd := &pod{key: key, namespace: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), local: p.Spec.NodeName == c.opts.Node}
+	var problems []Problem
+	seen := map[netip.Addr]bool{}
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			problems = append(problems, Problem{Object: "Pod " + key.String(), Err: fmt.Errorf("pod IP %q: %w", s, err)})
+			return
+		}
+		ip = ip.Unmap()
+		if !seen[ip] {
+			seen[ip] = true
+			pd.ips = append(pd.ips, ip)
+		}
+	}
+	add(p.Status.PodIP)
+	for _, ip := range p.Status.PodIPs {
+		add(ip.IP)
+	}
+	if len(pd.ips) == 0 {
+		return nil, problems
+	}
+	slices.SortFunc(pd.ips, netip.Addr.Compare)
+	for _, ctr := range p.Spec.Containers {
+		pd.ports = append(pd.ports, ctr.Ports...)
+	}
+	// Sidecars (init containers that keep running) serve ports too.
+	for _, ctr := range p.Spec.InitContainers {
+		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			pd.ports = append(pd.ports, ctr.Ports...)
+		}
+	}
+	return pd, problems
+}

@@ -1,0 +1,325 @@
+package enforcer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// A policyState is one NetworkPolicy as compiled: its chains and the sets
+// they use follow from the spec alone, so they are built once per spec; its
+// targets follow from this node's pods.
+type policyState struct {
+	key  objKey
+	np   *networkingv1.NetworkPolicy
+	seen uint64
+
+	sel         labels.Selector // nil when spec.podSelector does not parse
+	selProblems []Problem
+	types       map[networkingv1.PolicyType]bool
+	chains      map[string]*nft.Chain // by direction name, for each direction it isolates
+
+	ruleProblems []Problem // rules or ports left out; reported while active
+	peerUses     []peerUse // shared peer sets its rules match against
+	portUses     []portUse // named-port sets its rules match against
+
+	targets []*pod // this node's pods it selects, sorted by name
+	active  bool   // it selects a pod here: its chains and sets are in the table
+}
+
+// A peerUse names the shared peer set a rule matches.
+type peerUse struct {
+	key    string
+	parsed *parsedPeers
+}
+
+// A portUse names the set of a named port: every pod's address . protocol
+// . port for the pods serving that name with that protocol.
+type portUse struct {
+	name  string
+	proto nft.Proto
+}
+
+func (p *policyState) problems() []Problem {
+	if !p.active {
+		return p.selProblems
+	}
+	return append(slices.Clip(p.selProblems), p.ruleProblems...)
+}
+
+// selects reports whether pd, as currently known, is one of p's targets.
+func (p *policyState) selects(pd *pod) bool {
+	i, ok := slices.BinarySearchFunc(p.targets, pd.name, podByName)
+	return ok && p.targets[i] == pd
+}
+
+func policyObject(np *networkingv1.NetworkPolicy) string {
+	return "NetworkPolicy " + np.Namespace + "/" + np.Name
+}
+
+// policyTypes is the set of directions a policy isolates. Sources default
+// policyTypes already; the compiler applies the same defaulting again so a
+// snapshot built by hand (tests, future sources) means the same thing.
+func policyTypes(np *networkingv1.NetworkPolicy) map[networkingv1.PolicyType]bool {
+	types := map[networkingv1.PolicyType]bool{}
+	for _, t := range k8s.PolicyTypes(&np.Spec) {
+		types[t] = true
+	}
+	return types
+}
+
+func (c *Compiler) syncPolicies(nps []*networkingv1.NetworkPolicy, ch *changes) {
+	for _, np := range nps {
+		key := objKey{np.Namespace, np.Name}
+		p := c.policies[key]
+		if p != nil && (p.np == np || equality.Semantic.DeepEqual(p.np.Spec, np.Spec)) {
+			p.np, p.seen = np, c.gen
+			continue
+		}
+		if p != nil {
+			c.removePolicy(p, ch)
+		}
+		p = c.planPolicy(np)
+		p.seen = c.gen
+		c.policies[key] = p
+		byName := c.policiesByNS[key.namespace]
+		i, _ := slices.BinarySearchFunc(byName, key.name, policyByName)
+		c.policiesByNS[key.namespace] = slices.Insert(byName, i, p)
+		ch.policies = append(ch.policies, p)
+	}
+	for _, p := range c.policies {
+		if p.seen != c.gen {
+			c.removePolicy(p, ch)
+		}
+	}
+}
+
+func policyByName(p *policyState, name string) int {
+	switch {
+	case p.key.name < name:
+		return -1
+	case p.key.name > name:
+		return 1
+	}
+	return 0
+}
+
+func (c *Compiler) removePolicy(p *policyState, ch *changes) {
+	if p.active {
+		c.deactivate(p)
+	}
+	delete(c.policies, p.key)
+	byName := c.policiesByNS[p.key.namespace]
+	if i, ok := slices.BinarySearchFunc(byName, p.key.name, policyByName); ok {
+		byName = slices.Delete(byName, i, i+1)
+	}
+	if len(byName) == 0 {
+		delete(c.policiesByNS, p.key.namespace)
+	} else {
+		c.policiesByNS[p.key.namespace] = byName
+	}
+	ch.podChainNS[p.key.namespace] = true
+}
+
+// refreshTargets re-selects the targets of new and changed policies and of
+// every policy in a namespace where a pod of this node changed, and brings
+// their chains and sets into or out of the table.
+func (c *Compiler) refreshTargets(ch *changes) {
+	for ns := range ch.targetsNS {
+		for _, p := range c.policiesByNS[ns] {
+			c.selectTargets(p, ch)
+		}
+	}
+	for _, p := range ch.policies {
+		if !ch.targetsNS[p.key.namespace] && c.policies[p.key] == p {
+			c.selectTargets(p, ch)
+		}
+	}
+}
+
+func (c *Compiler) selectTargets(p *policyState, ch *changes) {
+	var targets []*pod
+	if p.sel != nil {
+		for _, pd := range c.localByNS[p.key.namespace] {
+			if p.sel.Matches(pd.labels) {
+				targets = append(targets, pd)
+			}
+		}
+	}
+	changed := !slices.Equal(targets, p.targets)
+	p.targets = targets
+	active := len(targets) > 0
+	switch {
+	case active && !p.active:
+		c.activate(p)
+	case !active && p.active:
+		c.deactivate(p)
+	case !changed:
+		return
+	}
+	ch.podChainNS[p.key.namespace] = true
+}
+
+// activate puts p's chains and sets into the table.
+func (c *Compiler) activate(p *policyState) {
+	p.active = true
+	for _, d := range directions {
+		if chain := p.chains[d.name]; chain != nil {
+			c.putChain(chainSortKey(1, p.key, d), chain)
+		}
+	}
+	for _, u := range p.peerUses {
+		c.acquirePeers(u.key, u.parsed)
+	}
+	for _, u := range p.portUses {
+		c.acquirePortSets(u)
+	}
+}
+
+// deactivate takes p's chains and sets out of the table.
+func (c *Compiler) deactivate(p *policyState) {
+	p.active = false
+	for _, chain := range p.chains {
+		c.dropChain(chain.Name)
+	}
+	for _, u := range p.peerUses {
+		c.releasePeers(u.key)
+	}
+	for _, u := range p.portUses {
+		c.releasePortSets(u)
+	}
+}
+
+// planPolicy builds what follows from a policy's spec: its selector, its
+// chains, the sets they use, and what cannot be compiled.
+func (c *Compiler) planPolicy(np *networkingv1.NetworkPolicy) *policyState {
+	p := &policyState{key: objKey{np.Namespace, np.Name}, np: np, types: policyTypes(np), chains: map[string]*nft.Chain{}}
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		p.selProblems = []Problem{{Object: policyObject(np), Err: fmt.Errorf("spec.podSelector: %w", err)}}
+		return p
+	}
+	p.sel = sel
+	for _, d := range directions {
+		if p.types[d.policyType] {
+			p.chains[d.name] = c.policyChain(p, d)
+		}
+	}
+	return p
+}
+
+// policyChain compiles one direction of one policy. Every rule that matches
+// sets our allow bit and returns to the pod chain.
+func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
+	np := p.np
+	ch := &nft.Chain{Name: chainName(d.name, np.Namespace, np.Name)}
+	allow := []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
+	problem := func(err error) {
+		p.ruleProblems = append(p.ruleProblems, Problem{Object: policyObject(np), Err: err})
+	}
+
+	type ruleSpec struct {
+		peers []networkingv1.NetworkPolicyPeer
+		ports []networkingv1.NetworkPolicyPort
+	}
+	var specs []ruleSpec
+	if d == ingress {
+		for _, r := range np.Spec.Ingress {
+			specs = append(specs, ruleSpec{r.From, r.Ports})
+		}
+	} else {
+		for _, r := range np.Spec.Egress {
+			specs = append(specs, ruleSpec{r.To, r.Ports})
+		}
+	}
+
+	for i, r := range specs {
+		where := fmt.Sprintf("%s[%d]", d.name, i)
+		comment := truncateComment(fmt.Sprintf("%s/%s %s", np.Namespace, np.Name, where))
+		parsed, err := parsePeers(np.Namespace, r.peers)
+		if err != nil {
+			problem(fmt.Errorf("spec.%s: %w (rule ignored: it allows nothing)", where, err))
+			continue
+		}
+		var key string
+		if parsed != nil {
+			key = peerKey(np.Namespace, r.peers)
+		}
+		// A rule with peers matches them through a set per family that exists
+		// even when empty today: the chain stays the same as pods come and
+		// go. Rules with the same peers share one set (see peerSets), so a pod
+		// that changes labels changes one set, not one per policy naming it.
+		usedPeers := false
+		matchPeer := func(f nft.IPFamily) []nft.Expr {
+			if parsed == nil {
+				return nil
+			}
+			if !usedPeers {
+				usedPeers = true
+				p.peerUses = append(p.peerUses, peerUse{key: key, parsed: parsed})
+			}
+			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: sharedName("peers", key, f)}}
+		}
+
+		ports := r.ports
+		if len(ports) == 0 {
+			ports = []networkingv1.NetworkPolicyPort{{}} // all protocols, all ports
+		}
+		for j, port := range ports {
+			proto, ok := protoOf(port.Protocol, len(r.ports) > 0)
+			if !ok {
+				problem(fmt.Errorf("spec.%s.ports[%d]: unsupported protocol %q (port ignored)", where, j, *port.Protocol))
+				continue
+			}
+			if port.Port != nil && port.Port.Type == intstr.String {
+				// Named port: resolved per destination pod. The set holds
+				// every pod serving the name with this protocol, which is
+				// exact for both directions: for ingress the destination is
+				// the selected pod whose chain we are in, for egress it is
+				// a peer, which the peer set checks.
+				if msgs := validation.IsValidPortName(port.Port.StrVal); len(msgs) > 0 {
+					problem(fmt.Errorf("spec.%s.ports[%d]: port %q: %s (port ignored)", where, j, port.Port.StrVal, strings.Join(msgs, "; ")))
+					continue
+				}
+				use := portUse{name: port.Port.StrVal, proto: proto}
+				p.portUses = append(p.portUses, use)
+				for _, f := range families {
+					exprs := append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(use, f)})
+					ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
+				}
+				continue
+			}
+			var portExprs []nft.Expr
+			if proto != 0 {
+				portExprs = append(portExprs, nft.L4ProtoEq{Proto: proto})
+			}
+			if port.Port != nil {
+				first := uint16(port.Port.IntVal)
+				last := first
+				if port.EndPort != nil {
+					last = uint16(*port.EndPort)
+				}
+				portExprs = append(portExprs, nft.DportRange{First: first, Last: last})
+			}
+			if parsed == nil {
+				ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(portExprs, allow...), Comment: comment})
+				continue
+			}
+			for _, f := range families {
+				exprs := append(matchPeer(f), portExprs...)
+				ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
+			}
+		}
+	}
+	return ch
+}

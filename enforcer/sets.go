@@ -1,0 +1,525 @@
+package enforcer
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"go4.org/netipx"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// This file holds the sets shared between policies: peer sets, keyed by
+// what a rule's peers say, and egress named-port sets, keyed by port and
+// peers. Both are reference counted by the active policies using them and
+// recomputed only when a pod or namespace they could name changes.
+
+// parsedPeers is a rule's non-empty peer list with its selectors parsed.
+type parsedPeers struct {
+	policyNS  string
+	selectors []peerSelector
+	blocks    *netipx.IPSet // union of the ipBlock peers; nil when there are none
+}
+
+// A peerSelector is one selector peer: namespaces nil means the policy's
+// own namespace.
+type peerSelector struct {
+	namespaces labels.Selector
+	pods       labels.Selector
+}
+
+// parsePeers parses a rule's peers; nil for a rule without peers, which
+// allows every address.
+func parsePeers(policyNS string, peers []networkingv1.NetworkPolicyPeer) (*parsedPeers, error) {
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	out := &parsedPeers{policyNS: policyNS}
+	var blocks netipx.IPSetBuilder
+	hasBlocks := false
+	for k, peer := range peers {
+		if peer.IPBlock != nil {
+			block, err := ipBlockSet(peer.IPBlock)
+			if err != nil {
+				return nil, fmt.Errorf("from/to[%d].ipBlock: %w", k, err)
+			}
+			blocks.AddSet(block)
+			hasBlocks = true
+			continue
+		}
+		s := peerSelector{pods: labels.Everything()}
+		if peer.PodSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			if err != nil {
+				return nil, fmt.Errorf("from/to[%d]: podSelector: %w", k, err)
+			}
+			s.pods = sel
+		}
+		if peer.NamespaceSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+			if err != nil {
+				return nil, fmt.Errorf("from/to[%d]: namespaceSelector: %w", k, err)
+			}
+			s.namespaces = sel
+		}
+		out.selectors = append(out.selectors, s)
+	}
+	if hasBlocks {
+		set, err := blocks.IPSet()
+		if err != nil {
+			return nil, err
+		}
+		out.blocks = set
+	}
+	return out, nil
+}
+
+// Each ipBlock peer is its cidr minus its own excepts before the union: one
+// peer's except never removes what another peer allows.
+func ipBlockSet(b *networkingv1.IPBlock) (*netipx.IPSet, error) {
+	cidr, err := netip.ParsePrefix(b.CIDR)
+	if err != nil {
+		return nil, fmt.Errorf("cidr %q: %w", b.CIDR, err)
+	}
+	var s netipx.IPSetBuilder
+	s.AddPrefix(cidr.Masked())
+	for _, e := range b.Except {
+		ex, err := netip.ParsePrefix(e)
+		if err != nil {
+			return nil, fmt.Errorf("except %q: %w", e, err)
+		}
+		s.RemovePrefix(ex.Masked())
+	}
+	return s.IPSet()
+}
+
+// peerKey identifies what a list of peers selects. A pod selector without a
+// namespace selector means the policy's own namespace, so that namespace is
+// part of the key; otherwise peers read the same anywhere.
+func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
+	var b strings.Builder
+	for _, p := range peers {
+		switch {
+		case p.IPBlock != nil:
+			fmt.Fprintf(&b, "ip:%s", p.IPBlock.CIDR)
+			if len(p.IPBlock.Except) > 0 {
+				fmt.Fprintf(&b, " except %s", strings.Join(p.IPBlock.Except, ","))
+			}
+			b.WriteString(";")
+		default:
+			ns := "own:" + policyNS
+			if p.NamespaceSelector != nil {
+				ns = "ns:" + metav1.FormatLabelSelector(p.NamespaceSelector)
+			}
+			pods := "all"
+			if p.PodSelector != nil {
+				pods = metav1.FormatLabelSelector(p.PodSelector)
+			}
+			fmt.Fprintf(&b, "%s|pod:%s;", ns, pods)
+		}
+	}
+	return b.String()
+}
+
+// sharedName names a set shared by every rule that uses the same key:
+// `peers-<hash8>-v4`. The hash keeps the name short and stable; the set's
+// comment spells the key out.
+func sharedName(prefix, key string, f nft.IPFamily) string {
+	sum := sha256.Sum256([]byte(key))
+	return prefix + "-" + hex.EncodeToString(sum[:4]) + "-" + familySuffix(f)
+}
+
+// peerSets are the addresses a peer list allows, as one interval set per
+// family.
+type peerSets struct {
+	key    string
+	parsed *parsedPeers
+	refs   int // rules of active policies matching against the sets
+	sets   map[nft.IPFamily]*nft.Set
+}
+
+func (c *Compiler) acquirePeers(key string, parsed *parsedPeers) {
+	e := c.peers[key]
+	if e == nil {
+		e = &peerSets{key: key, parsed: parsed, sets: map[nft.IPFamily]*nft.Set{}}
+		c.peers[key] = e
+		c.computePeers(e)
+		for _, f := range families {
+			c.putSet(e.sets[f])
+		}
+	}
+	e.refs++
+}
+
+func (c *Compiler) releasePeers(key string) {
+	e := c.peers[key]
+	e.refs--
+	if e.refs > 0 {
+		return
+	}
+	delete(c.peers, key)
+	for _, f := range families {
+		c.dropSet(e.sets[f].Name)
+	}
+}
+
+// computePeers rebuilds the sets whose elements changed: the union of the
+// ipBlocks and of the addresses of the pods the selectors name.
+func (c *Compiler) computePeers(e *peerSets) {
+	var all netipx.IPSetBuilder
+	if e.parsed.blocks != nil {
+		all.AddSet(e.parsed.blocks)
+	}
+	for _, s := range e.parsed.selectors {
+		for _, pd := range c.selectPods(e.parsed.policyNS, s) {
+			for _, ip := range pd.ips {
+				all.Add(ip)
+			}
+		}
+	}
+	addrs, _ := all.IPSet() // only fails for invalid addresses, which pods never hold
+	for _, f := range families {
+		elems := rangesOf(addrs, f)
+		if old := e.sets[f]; old != nil && slices.Equal(old.Elements, elems) {
+			continue
+		}
+		s := &nft.Set{
+			Name:     sharedName("peers", e.key, f),
+			Comment:  truncateComment("peers " + e.key),
+			Key:      addrKey(f),
+			Interval: true,
+			Elements: elems,
+		}
+		e.sets[f] = s
+		if e.refs > 0 {
+			c.putSet(s)
+		}
+	}
+}
+
+// selectPods returns the pods a selector peer names: podSelector alone
+// means the policy's namespace, namespaceSelector alone means every pod of
+// the matching namespaces, and both together must both match.
+func (c *Compiler) selectPods(policyNS string, s peerSelector) []*pod {
+	var out []*pod
+	add := func(ns string) {
+		for _, pd := range c.byNS[ns] {
+			if s.pods.Matches(pd.labels) {
+				out = append(out, pd)
+			}
+		}
+	}
+	if s.namespaces == nil {
+		add(policyNS)
+		return out
+	}
+	for _, ns := range c.nsNames {
+		if s.namespaces.Matches(c.namespaceLabels(ns)) {
+			add(ns)
+		}
+	}
+	return out
+}
+
+// refreshPeers recomputes the peer sets that a changed pod or namespace
+// could be part of.
+func (c *Compiler) refreshPeers(ch *changes) {
+	if len(ch.pods) == 0 && len(ch.namespaces) == 0 {
+		return
+	}
+	for _, e := range c.peers {
+		if c.peersTouched(e, ch) {
+			c.computePeers(e)
+		}
+	}
+}
+
+// peersTouched reports whether a change could alter what e's selectors
+// name: a namespace entering or leaving a namespace selector, or a pod in a
+// selected namespace matching a pod selector before or after its change.
+func (c *Compiler) peersTouched(e *peerSets, ch *changes) bool {
+	for _, s := range e.parsed.selectors {
+		if s.namespaces == nil {
+			if podsMatch(s.pods, ch.pods[e.parsed.policyNS]) {
+				return true
+			}
+			continue
+		}
+		for _, nc := range ch.namespaces {
+			if s.namespaces.Matches(nc.old) != s.namespaces.Matches(nc.new) {
+				return true
+			}
+		}
+		for ns, changed := range ch.pods {
+			if s.namespaces.Matches(c.namespaceLabels(ns)) && podsMatch(s.pods, changed) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func podsMatch(sel labels.Selector, changed []podChange) bool {
+	for _, pc := range changed {
+		if (pc.old != nil && sel.Matches(pc.old.labels)) || (pc.new != nil && sel.Matches(pc.new.labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+// portSets are a named port resolved on every pod: address . protocol .
+// port of each pod serving the name with the protocol, one set per family.
+//
+// They hold every pod of the cluster, so a pod event patches them rather
+// than recomputing: count says how many pods give each element (two pods
+// may briefly share an address), and an element is in the set while its
+// count is positive.
+type portSets struct {
+	use     portUse
+	refs    int
+	count   map[nft.Element]int
+	sets    map[nft.IPFamily]*nft.Set
+	created uint64 // generation: sets made from the pods as they are now need no patch
+}
+
+// namedPortSetName is `port-<name>-<proto>-v4`: port names are IANA service
+// names (lowercase letters, digits and dashes, at most 15), so the set name
+// can say what it holds.
+func namedPortSetName(u portUse, f nft.IPFamily) string {
+	return "port-" + u.name + "-" + u.proto.String() + "-" + familySuffix(f)
+}
+
+func (c *Compiler) acquirePortSets(u portUse) {
+	e := c.portSets[u]
+	if e == nil {
+		e = &portSets{use: u, count: map[nft.Element]int{}, sets: map[nft.IPFamily]*nft.Set{}, created: c.gen}
+		c.portSets[u] = e
+		elems := map[nft.IPFamily][]nft.Element{}
+		for _, pd := range c.everyPod() {
+			for _, el := range pd.portElements(u) {
+				if e.count[el]++; e.count[el] == 1 {
+					f := nft.FamilyOf(el.Addr)
+					elems[f] = append(elems[f], el)
+				}
+			}
+		}
+		for _, f := range families {
+			slices.SortFunc(elems[f], compareElements)
+			e.sets[f] = e.newSet(f, elems[f])
+			c.putSet(e.sets[f])
+		}
+	}
+	e.refs++
+}
+
+func (c *Compiler) releasePortSets(u portUse) {
+	e := c.portSets[u]
+	e.refs--
+	if e.refs > 0 {
+		return
+	}
+	delete(c.portSets, u)
+	for _, f := range families {
+		c.dropSet(e.sets[f].Name)
+	}
+}
+
+func (e *portSets) newSet(f nft.IPFamily, elems []nft.Element) *nft.Set {
+	return &nft.Set{
+		Name:     namedPortSetName(e.use, f),
+		Comment:  fmt.Sprintf("named port %s/%s: address . protocol . port of every pod serving it", e.use.name, e.use.proto),
+		Key:      protoPortKey(f),
+		Elements: elems,
+	}
+}
+
+// refreshPortSets patches the named-port sets with the pods that changed
+// what they serve or where.
+func (c *Compiler) refreshPortSets(ch *changes) {
+	if !ch.anyPod || len(c.portSets) == 0 {
+		return
+	}
+	for _, e := range c.portSets {
+		if e.created == c.gen {
+			continue
+		}
+		var gone, came []nft.Element
+		for _, changed := range ch.pods {
+			for _, pc := range changed {
+				if pc.old != nil && pc.new != nil && slices.Equal(pc.old.ips, pc.new.ips) && slices.Equal(pc.old.ports, pc.new.ports) {
+					continue // labels or node: nothing this set holds
+				}
+				for _, el := range pc.old.portElements(e.use) {
+					if e.count[el]--; e.count[el] == 0 {
+						delete(e.count, el)
+						gone = append(gone, el)
+					}
+				}
+				for _, el := range pc.new.portElements(e.use) {
+					if e.count[el]++; e.count[el] == 1 {
+						came = append(came, el)
+					}
+				}
+			}
+		}
+		if len(gone)+len(came) == 0 {
+			continue
+		}
+		for _, f := range families {
+			old := e.sets[f].Elements
+			elems := slices.Clone(old)
+			for _, el := range gone {
+				if nft.FamilyOf(el.Addr) == f {
+					if i, ok := slices.BinarySearchFunc(elems, el, compareElements); ok {
+						elems = slices.Delete(elems, i, i+1)
+					}
+				}
+			}
+			for _, el := range came {
+				if nft.FamilyOf(el.Addr) == f {
+					if i, ok := slices.BinarySearchFunc(elems, el, compareElements); !ok {
+						elems = slices.Insert(elems, i, el)
+					}
+				}
+			}
+			if slices.Equal(old, elems) {
+				continue
+			}
+			e.sets[f] = e.newSet(f, elems)
+			c.putSet(e.sets[f])
+		}
+	}
+}
+
+// portElements are the elements a pod (nil: none) gives the set of named
+// port u, unsorted.
+func (p *pod) portElements(u portUse) []nft.Element {
+	if p == nil {
+		return nil
+	}
+	var out []nft.Element
+	for _, cp := range p.ports {
+		if cp.Name != u.name || protoName(cp.Protocol) != u.proto {
+			continue
+		}
+		for _, ip := range p.ips {
+			out = append(out, nft.Element{Addr: ip, Proto: u.proto, Port: uint16(cp.ContainerPort)})
+		}
+	}
+	return out
+}
+
+func compareElements(a, b nft.Element) int {
+	return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+}
+
+// protoOf maps a policy port's protocol to nft. A port entry always has a
+// protocol (TCP when unset, the API default); ok is false for an unknown one.
+// hasPorts is false for the synthetic entry of a rule with no ports, which
+// matches every protocol (proto 0).
+func protoOf(p *corev1.Protocol, hasPorts bool) (nft.Proto, bool) {
+	if !hasPorts {
+		return 0, true
+	}
+	if p == nil {
+		return nft.ProtoTCP, true
+	}
+	proto := protoName(*p)
+	return proto, proto != 0
+}
+
+func protoName(p corev1.Protocol) nft.Proto {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return nft.ProtoTCP
+	case corev1.ProtocolUDP:
+		return nft.ProtoUDP
+	case corev1.ProtocolSCTP:
+		return nft.ProtoSCTP
+	}
+	return 0
+}
+
+func rangesOf(s *netipx.IPSet, f nft.IPFamily) []nft.Element {
+	var out []nft.Element
+	for _, r := range s.Ranges() {
+		if nft.FamilyOf(r.From()) != f {
+			continue
+		}
+		e := nft.Element{Addr: r.From()}
+		if r.To() != r.From() {
+			e.Last = r.To()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func podsMapName(d direction, f nft.IPFamily) string {
+	return d.name + "-pods-" + familySuffix(f)
+}
+
+func familyName(f nft.IPFamily) string {
+	if f == nft.IPv6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+func familySuffix(f nft.IPFamily) string {
+	if f == nft.IPv6 {
+		return "v6"
+	}
+	return "v4"
+}
+
+func addrKey(f nft.IPFamily) nft.KeyType {
+	if f == nft.IPv6 {
+		return nft.KeyIPv6
+	}
+	return nft.KeyIPv4
+}
+
+func protoPortKey(f nft.IPFamily) nft.KeyType {
+	if f == nft.IPv6 {
+		return nft.KeyIPv6ProtoPort
+	}
+	return nft.KeyIPv4ProtoPort
+}
+
+// maxReadable bounds the namespace/name part of chain and set names. The
+// kernel allows 256 bytes; the hash keeps truncated names unique and the
+// same from one sync to the next.
+const maxReadable = 64
+
+// chainName is `<prefix>-<hash8>-<namespace>/<name>`, e.g.
+// `ingress-1a2b3c4d-x/allow-web`.
+func chainName(prefix, namespace, name string) string {
+	readable := namespace + "/" + name
+	sum := sha256.Sum256([]byte(prefix + "\x00" + readable))
+	if len(readable) > maxReadable {
+		readable = readable[:maxReadable]
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:4]) + "-" + readable
+}
+
+// maxComment is the longest comment nft keeps (NFT_USERDATA_MAXLEN is 256,
+// nft's own limit is 128).
+const maxComment = 128
+
+func truncateComment(s string) string {
+	if len(s) > maxComment {
+		return s[:maxComment]
+	}
+	return s
+}
