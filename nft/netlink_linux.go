@@ -414,32 +414,9 @@ func (b *writer) addSet(s *Set) error {
 // exactly: a range is a start and an end element, and the leading end
 // element at the zero address comes and goes with the first range.
 func (b *writer) updateElements(old, new *Set) error {
-	before, err := encodeElements(old)
+	del, add, err := elementDelta(old, new)
 	if err != nil {
 		return err
-	}
-	after, err := encodeElements(new)
-	if err != nil {
-		return err
-	}
-	had := map[string]bool{}
-	for _, e := range before {
-		had[elementID(e)] = true
-	}
-	has := map[string]bool{}
-	var add []nftables.SetElement
-	for _, e := range after {
-		id := elementID(e)
-		has[id] = true
-		if !had[id] {
-			add = append(add, e)
-		}
-	}
-	var del []nftables.SetElement
-	for _, e := range before {
-		if !has[elementID(e)] {
-			del = append(del, e)
-		}
 	}
 	ns := b.sets[new.Name]
 	if err := b.elements(ns, del, false); err != nil {
@@ -448,15 +425,50 @@ func (b *writer) updateElements(old, new *Set) error {
 	return b.elements(ns, add, true)
 }
 
-func elementID(e nftables.SetElement) string {
-	id := string(e.Key)
-	if e.IntervalEnd {
-		id += "/end"
+// elementDelta encodes the elements to delete from and add to a set to go
+// from old to new. It compares model elements, so its cost follows the
+// size of the sets but never encodes what stays.
+//
+// Intervals are replaced whole: a range that grows or splits is deleted and
+// its new ranges added, both start and end elements, in the same batch. A
+// finer diff of the encoded boundaries (adding an end element inside a live
+// range) is refused by the kernel's overlap check with EEXIST.
+func elementDelta(old, new *Set) (del, add []nftables.SetElement, err error) {
+	had := make(map[Element]bool, len(old.Elements))
+	for _, e := range old.Elements {
+		had[e] = true
 	}
-	if v := e.VerdictData; v != nil {
-		id += fmt.Sprintf("/%d:%s", v.Kind, v.Chain)
+	has := make(map[Element]bool, len(new.Elements))
+	for _, e := range new.Elements {
+		has[e] = true
 	}
-	return id
+	var gone, came []Element
+	for _, e := range old.Elements {
+		if !has[e] {
+			gone = append(gone, e)
+		}
+	}
+	for _, e := range new.Elements {
+		if !had[e] {
+			came = append(came, e)
+		}
+	}
+	if del, err = encodeList(old, gone); err != nil {
+		return nil, nil, err
+	}
+	if add, err = encodeList(new, came); err != nil {
+		return nil, nil, err
+	}
+	if new.Interval {
+		zero := nftables.SetElement{Key: addrBytes(zeroAddr(new.Key.Family())), IntervalEnd: true}
+		switch before, after := leadingEnd(old), leadingEnd(new); {
+		case before && !after:
+			del = append([]nftables.SetElement{zero}, del...)
+		case after && !before:
+			add = append([]nftables.SetElement{zero}, add...)
+		}
+	}
+	return del, add, nil
 }
 
 // elements queues additions (or deletions) in messages of at most
@@ -490,9 +502,28 @@ func (b *writer) elements(ns *nftables.Set, elems []nftables.SetElement, add boo
 // and an end element one past its last address, plus a leading end element
 // at the zero address when the first range does not start there.
 func encodeElements(s *Set) ([]nftables.SetElement, error) {
-	out := make([]nftables.SetElement, 0, len(s.Elements))
+	out, err := encodeList(s, s.Elements)
+	if err != nil || !leadingEnd(s) {
+		return out, err
+	}
+	zero := nftables.SetElement{Key: addrBytes(zeroAddr(s.Key.Family())), IntervalEnd: true}
+	return append([]nftables.SetElement{zero}, out...), nil
+}
+
+// leadingEnd reports whether an interval set's encoding starts with an end
+// element at the zero address, as nft writes it when the first range does
+// not start there: the kernel's interval tree needs the gap before the
+// first range closed.
+func leadingEnd(s *Set) bool {
+	return s.Interval && len(s.Elements) > 0 && addrRangeOf(s.Elements[0]).From() != zeroAddr(s.Key.Family())
+}
+
+// encodeList encodes elements of s (all of them or a part) without the
+// leading end element of an interval set.
+func encodeList(s *Set, elems []Element) ([]nftables.SetElement, error) {
+	out := make([]nftables.SetElement, 0, len(elems))
 	fam := s.Key.Family()
-	for i, e := range s.Elements {
+	for i, e := range elems {
 		if !e.Addr.IsValid() || FamilyOf(e.Addr) != fam {
 			return nil, fmt.Errorf("element %d: address %v is not %s", i, e.Addr, fam.Keyword())
 		}
@@ -508,9 +539,6 @@ func encodeElements(s *Set) ([]nftables.SetElement, error) {
 			out = append(out, nftables.SetElement{Key: key})
 		case s.Interval:
 			r := addrRangeOf(e)
-			if i == 0 && r.From() != zeroAddr(fam) {
-				out = append(out, nftables.SetElement{Key: addrBytes(zeroAddr(fam)), IntervalEnd: true})
-			}
 			out = append(out, nftables.SetElement{Key: addrBytes(r.From())})
 			if next := r.To().Next(); next.IsValid() {
 				out = append(out, nftables.SetElement{Key: addrBytes(next), IntervalEnd: true})

@@ -71,6 +71,19 @@ func TestKernelUpdate(t *testing.T) {
 			s := setNamed(t, "peers-v4")
 			s.Elements = append([]Element{{Addr: a("0.0.0.0"), Last: a("1.0.0.0")}}, s.Elements...)
 		}, false},
+		{"split a range (a pod left the middle of it)", func(t *Table) {
+			s := setNamed(t, "peers-v4")
+			s.Elements[1] = Element{Addr: a("0.0.0.0"), Last: a("10.0.0.9")} // after the zero range above
+			s.Elements = slices.Insert(s.Elements, 2, Element{Addr: a("10.0.0.11"), Last: a("10.0.1.255")})
+			s.Elements = slices.Delete(s.Elements, 0, 1)
+		}, false},
+		{"merge them again", func(t *Table) {
+			s := setNamed(t, "peers-v4")
+			s.Elements = slices.Replace(s.Elements, 0, 2, Element{Addr: a("0.0.0.0"), Last: a("10.0.1.255")})
+		}, false},
+		{"first range no longer starts at zero", func(t *Table) {
+			setNamed(t, "peers-v4").Elements[0].Addr = a("10.0.0.0")
+		}, false},
 		{"empty an interval set", func(t *Table) { setNamed(t, "peers-v6").Elements = nil }, false},
 		{"named-port elements", func(t *Table) {
 			s := setNamed(t, "np-v4")
