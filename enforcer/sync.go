@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -32,7 +33,9 @@ type Syncer struct {
 	generation   uint64     // successful syncs so far
 	lastErr      error      // of the most recent sync
 	last         *nft.Table // as last programmed; nil before the first sync or after a failure
+	gen          uint32     // ruleset generation at which last was verified; 0 unknown
 	repairs      uint64     // drift found and repaired
+	conflicts    uint64     // deltas refused because someone else committed
 	prio         int32      // resolved forward priority
 	prioResolved bool       // prio is current; cleared by CheckDrift
 }
@@ -55,7 +58,10 @@ func NewSyncer(conn *nft.Conn, opts Options, setting PrioritySetting, log *zap.L
 // objects are logged.
 type SyncResult struct {
 	Table *nft.Table
-	Batch nft.BatchStats // zero when nothing changed
+	Batch nft.BatchStats // Messages is zero when nothing changed
+
+	CompileTime time.Duration // snapshot to table
+	WriteTime   time.Duration // table to kernel, diff included
 }
 
 // Priority resolves the priority setting against the base chains now on the
@@ -107,28 +113,17 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 		s.prio, s.prioResolved = p, true
 		s.mu.Unlock()
 	}
+	start := time.Now()
 	table, problems := s.compiler.Compile(snap, prio)
 	LogProblems(s.log, problems)
-	res := SyncResult{Table: table}
-	s.mu.Lock()
-	last := s.last
-	s.mu.Unlock()
-	start := time.Now()
-	// Update writes only what changed since the last sync, or the whole
-	// table when nothing is known to be programmed.
-	batch, err := s.conn.Update(last, table)
+	res := SyncResult{Table: table, CompileTime: time.Since(start)}
+	start = time.Now()
+	batch, err := s.write(table)
+	res.WriteTime = time.Since(start)
 	if err != nil {
-		// The kernel kept its previous state, which may not be last: forget
-		// it, so the next sync writes the whole table.
-		s.mu.Lock()
-		s.last = nil
-		s.mu.Unlock()
 		return res, err
 	}
 	res.Batch = batch
-	s.mu.Lock()
-	s.last = table
-	s.mu.Unlock()
 	if batch.Messages > 0 {
 		s.log.Info("programmed table",
 			zap.String("table", "inet "+table.Name),
@@ -138,7 +133,8 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 			zap.Int("chainsWritten", batch.ChainsWritten),
 			zap.Int("elementsAdded", batch.ElementsAdded),
 			zap.Int("elementsDeleted", batch.ElementsDeleted),
-			zap.Duration("apply", time.Since(start)))
+			zap.Duration("compile", res.CompileTime),
+			zap.Duration("apply", res.WriteTime))
 		if ce := s.log.Check(zap.DebugLevel, "ruleset"); ce != nil {
 			ce.Write(zap.String("nft", nft.Render(table)))
 		}
@@ -146,11 +142,79 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	return res, nil
 }
 
+// maxConflicts bounds how often one sync retries a delta after finding
+// that someone else committed meanwhile, before it replaces the table.
+const maxConflicts = 3
+
+// write brings the kernel from the table last programmed to table: a delta
+// batch checked against the generation of our last commit, or the whole
+// table when nothing is known to be programmed. When the kernel refuses the
+// delta because someone committed since (any table of the netns counts),
+// our table is read back: unchanged, the delta is retried against the new
+// generation; changed, the whole table is rewritten and the repair counted.
+func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
+	s.mu.Lock()
+	last, gen := s.last, s.gen
+	s.mu.Unlock()
+	for range maxConflicts {
+		if last == nil {
+			break
+		}
+		batch, err := s.conn.UpdateAt(last, table, gen)
+		if err == nil {
+			s.programmed(table, batch.Generation)
+			return batch, nil
+		}
+		if !errors.Is(err, nft.ErrGenerationChanged) {
+			// The kernel kept its previous state, which may not be last:
+			// forget it, so the next sync writes the whole table.
+			s.programmed(nil, 0)
+			return nft.BatchStats{}, err
+		}
+		s.mu.Lock()
+		s.conflicts++
+		s.mu.Unlock()
+		if gen, err = s.conn.Generation(); err != nil {
+			s.programmed(nil, 0)
+			return nft.BatchStats{}, err
+		}
+		drift, err := s.conn.Drift(last)
+		if err != nil {
+			s.programmed(nil, 0)
+			return nft.BatchStats{}, err
+		}
+		if drift != "" {
+			s.log.Warn("our table was changed by someone else; rewriting it", zap.String("drift", drift))
+			s.mu.Lock()
+			s.repairs++
+			s.mu.Unlock()
+			break
+		}
+	}
+	batch, err := s.conn.Apply(table)
+	if err != nil {
+		s.programmed(nil, 0)
+		return nft.BatchStats{}, err
+	}
+	s.programmed(table, batch.Generation)
+	return batch, nil
+}
+
+// programmed records the table now in the kernel and the generation it
+// was verified at (nil, 0: unknown, the next sync rewrites it whole).
+func (s *Syncer) programmed(t *nft.Table, gen uint32) {
+	s.mu.Lock()
+	s.last, s.gen = t, gen
+	s.mu.Unlock()
+}
+
 // CheckDrift reads the table back from the kernel and, if it is not what
 // was last programmed (someone flushed a chain, deleted an element or the
 // whole table), writes the whole table again. It reports whether it
 // repaired anything.
 func (s *Syncer) CheckDrift() (bool, error) {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
 	last := s.last
 	// Re-place our chain next time if another component moved in.
@@ -159,21 +223,39 @@ func (s *Syncer) CheckDrift() (bool, error) {
 	if last == nil {
 		return false, nil
 	}
-	drift, err := s.conn.Drift(last)
-	if err != nil || drift == "" {
+	// The generation is read first: a commit after it makes the next delta
+	// fail its check and read the table again.
+	gen, err := s.conn.Generation()
+	if err != nil {
 		return false, err
+	}
+	drift, err := s.conn.Drift(last)
+	if err != nil {
+		return false, err
+	}
+	if drift == "" {
+		s.programmed(last, gen)
+		return false, nil
 	}
 	s.log.Warn("ruleset drifted from what was programmed; rewriting it", zap.String("drift", drift))
-	if _, err := s.conn.Apply(last); err != nil {
-		s.mu.Lock()
-		s.last = nil
-		s.mu.Unlock()
+	batch, err := s.conn.Apply(last)
+	if err != nil {
+		s.programmed(nil, 0)
 		return false, err
 	}
+	s.programmed(last, batch.Generation)
 	s.mu.Lock()
 	s.repairs++
 	s.mu.Unlock()
 	return true, nil
+}
+
+// Conflicts counts the deltas the kernel refused because another process
+// had committed since our last batch (each is followed by a read-back).
+func (s *Syncer) Conflicts() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conflicts
 }
 
 // Repairs counts the drift repairs so far.

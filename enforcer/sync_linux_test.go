@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,5 +96,70 @@ func TestKernelDriftIsRepaired(t *testing.T) {
 	}
 	if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, "10.0.1.1 : jump ingress-pod-") {
 		t.Errorf("the map was not repaired:\n%s", listing)
+	}
+}
+
+// A commit by someone else between two syncs makes the kernel refuse the
+// delta (its generation check); the syncer reads the table back and, as
+// only another table changed, retries the same delta.
+func TestKernelOtherCommitRetriesDelta(t *testing.T) {
+	s, ns := newTestSyncer(t)
+	snap := cluster(policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))))
+	if _, err := s.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	testns.Nft(t, ns, "", "add", "table", "inet", "someone-else")
+
+	changed := *snap
+	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *corev1.Pod) bool { return p.Namespace == "y" && p.Name == "b" })
+	res, err := s.Sync(&changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Batch.Full || res.Batch.ElementsDeleted == 0 {
+		t.Errorf("after another table's commit: batch %+v, want the delta", res.Batch)
+	}
+	if s.Conflicts() != 1 || s.Repairs() != 0 {
+		t.Errorf("conflicts %d, repairs %d; want 1, 0", s.Conflicts(), s.Repairs())
+	}
+	assertProgrammed(t, s, ns, res.Table)
+}
+
+// A change to our own table between two syncs is found when the delta is
+// refused, and the table is rewritten whole rather than patched blind.
+func TestKernelConcurrentChangeIsRepaired(t *testing.T) {
+	s, ns := newTestSyncer(t)
+	snap := cluster(policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))))
+	if _, err := s.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	testns.Nft(t, ns, "", "flush", "map", "inet", "nftpolicy", "ingress-pods-v4")
+
+	changed := *snap
+	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *corev1.Pod) bool { return p.Namespace == "y" && p.Name == "b" })
+	res, err := s.Sync(&changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Batch.Full {
+		t.Errorf("after our map was flushed: batch %+v, want the whole table", res.Batch)
+	}
+	if s.Conflicts() != 1 || s.Repairs() != 1 {
+		t.Errorf("conflicts %d, repairs %d; want 1, 1", s.Conflicts(), s.Repairs())
+	}
+	assertProgrammed(t, s, ns, res.Table)
+}
+
+// assertProgrammed checks the kernel holds exactly table: nothing drifted,
+// and the listing is what nft -f of its text gives.
+func assertProgrammed(t *testing.T, s *Syncer, ns string, table *nft.Table) {
+	t.Helper()
+	if d, err := s.conn.Drift(table); err != nil || d != "" {
+		t.Errorf("drift %q, %v", d, err)
+	}
+	oracle := testns.New(t, "nftpt")
+	testns.Nft(t, oracle, nft.Render(table), "-f", "-")
+	if got, want := testns.ListTable(t, ns, "nftpolicy"), testns.ListTable(t, oracle, "nftpolicy"); got != want {
+		t.Errorf("kernel differs from nft -f of the table:\n%s\nwant:\n%s", got, want)
 	}
 }
