@@ -3,8 +3,10 @@ package enforcer
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nftpolicy/nftpolicy/k8s"
@@ -98,15 +100,22 @@ type Compiler struct {
 	bit  uint32
 	gen  uint64 // calls so far: marks what was seen or computed in this one
 
-	namespaces map[string]*nsEntry
-	pods       map[objKey]*podEntry
-	byNS       map[string][]*pod // participating pods by namespace, sorted by name
-	nsNames    []string          // namespaces with participating pods, sorted
-	localByNS  map[string][]*pod // this node's participating pods by namespace, sorted
-	every      []*pod            // every participating pod, sorted; nil when stale
+	// The snapshot lists last walked (see walkChanges).
+	nsList     []*corev1.Namespace
+	podList    []*corev1.Pod
+	policyList []*networkingv1.NetworkPolicy
 
-	policies     map[objKey]*policyState
-	policiesByNS map[string][]*policyState // sorted by name
+	namespaces  map[string]*nsEntry
+	pods        map[objKey]*podEntry
+	podProblems map[objKey][]Problem
+	byNS        map[string][]*pod // participating pods by namespace, sorted by name
+	nsNames     []string          // namespaces with participating pods, sorted
+	localByNS   map[string][]*pod // this node's participating pods by namespace, sorted
+	every       []*pod            // every participating pod, sorted; nil when stale
+
+	policies       map[objKey]*policyState
+	policiesByNS   map[string][]*policyState // sorted by name
+	policyProblems map[objKey]*policyState   // those with problems
 
 	peers    map[string]*peerSets  // by peerKey, while some active policy uses them
 	portSets map[portUse]*portSets // named-port sets, likewise
@@ -121,6 +130,9 @@ type Compiler struct {
 	chainOrder []*chainEntry // nil when stale
 	sets       map[string]*setEntry
 	setOrder   []*setEntry // nil when stale
+
+	touched              touched    // by the current or last Compile call
+	prevTable, lastTable *nft.Table // returned by the last two calls, for Delta
 }
 
 type objKey struct{ namespace, name string }
@@ -154,19 +166,21 @@ func NewCompiler(opts Options) *Compiler {
 		opts.MarkMask = DefaultMarkMask
 	}
 	return &Compiler{
-		opts:         opts,
-		bit:          allowBit(opts.MarkMask),
-		namespaces:   map[string]*nsEntry{},
-		pods:         map[objKey]*podEntry{},
-		byNS:         map[string][]*pod{},
-		localByNS:    map[string][]*pod{},
-		policies:     map[objKey]*policyState{},
-		policiesByNS: map[string][]*policyState{},
-		peers:        map[string]*peerSets{},
-		portSets:     map[portUse]*portSets{},
-		podChains:    map[podChainKey]*podChain{},
-		chains:       map[string]*chainEntry{},
-		sets:         map[string]*setEntry{},
+		opts:           opts,
+		bit:            allowBit(opts.MarkMask),
+		namespaces:     map[string]*nsEntry{},
+		pods:           map[objKey]*podEntry{},
+		podProblems:    map[objKey][]Problem{},
+		byNS:           map[string][]*pod{},
+		localByNS:      map[string][]*pod{},
+		policies:       map[objKey]*policyState{},
+		policiesByNS:   map[string][]*policyState{},
+		policyProblems: map[objKey]*policyState{},
+		peers:          map[string]*peerSets{},
+		portSets:       map[portUse]*portSets{},
+		podChains:      map[podChainKey]*podChain{},
+		chains:         map[string]*chainEntry{},
+		sets:           map[string]*setEntry{},
 	}
 }
 
@@ -188,6 +202,7 @@ type changes struct {
 // for, as the function Compile would build it.
 func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Problem) {
 	c.gen++
+	c.touched = touched{chains: map[string]*nft.Chain{}, sets: map[string]*nft.Set{}}
 	ch := &changes{
 		pods:       map[string][]podChange{},
 		targetsNS:  map[string]bool{},
@@ -200,7 +215,9 @@ func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Pr
 	c.refreshTargets(ch)
 	c.refreshPortSets(ch)
 	c.refreshPodChains(ch)
-	return c.assemble(priority, ch), c.problems()
+	t := c.assemble(priority, ch)
+	c.prevTable, c.lastTable = c.lastTable, t
+	return t, c.problems()
 }
 
 // assemble lists the table: base chain and dispatch maps first, then the
@@ -253,6 +270,7 @@ func chainSortKey(kind int, key objKey, d direction) string {
 // putChain registers ch for the next tables (replacing the chain of the
 // same name), ordered by sortKey.
 func (c *Compiler) putChain(sortKey string, ch *nft.Chain) {
+	c.touchChain(ch.Name)
 	if e, ok := c.chains[ch.Name]; ok {
 		e.chain = ch
 		return
@@ -262,6 +280,7 @@ func (c *Compiler) putChain(sortKey string, ch *nft.Chain) {
 }
 
 func (c *Compiler) dropChain(name string) {
+	c.touchChain(name)
 	if _, ok := c.chains[name]; ok {
 		delete(c.chains, name)
 		c.chainOrder = nil
@@ -270,6 +289,7 @@ func (c *Compiler) dropChain(name string) {
 
 // putSet registers s for the next tables, replacing the set of the same name.
 func (c *Compiler) putSet(s *nft.Set) {
+	c.touchSet(s.Name)
 	if e, ok := c.sets[s.Name]; ok {
 		e.set = s
 		return
@@ -279,6 +299,7 @@ func (c *Compiler) putSet(s *nft.Set) {
 }
 
 func (c *Compiler) dropSet(name string) {
+	c.touchSet(name)
 	if _, ok := c.sets[name]; ok {
 		delete(c.sets, name)
 		c.setOrder = nil
@@ -289,35 +310,17 @@ func (c *Compiler) dropSet(name string) {
 // first, then policies, each in namespace/name order.
 func (c *Compiler) problems() []Problem {
 	var out []Problem
-	var pods []*podEntry
-	for _, e := range c.pods {
-		if len(e.problems) > 0 {
-			pods = append(pods, e)
-		}
+	for _, k := range slices.SortedFunc(maps.Keys(c.podProblems), compareKeys) {
+		out = append(out, c.podProblems[k]...)
 	}
-	slices.SortFunc(pods, func(a, b *podEntry) int { return compareKeys(a.key, b.key) })
-	for _, e := range pods {
-		out = append(out, e.problems...)
-	}
-	for _, ns := range sortedKeys(c.policiesByNS) {
-		for _, p := range c.policiesByNS[ns] {
-			out = append(out, p.problems()...)
-		}
+	for _, k := range slices.SortedFunc(maps.Keys(c.policyProblems), compareKeys) {
+		out = append(out, c.policyProblems[k].problems()...)
 	}
 	return out
 }
 
 func compareKeys(a, b objKey) int {
 	return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // ICMPv6 neighbour discovery types (RFC 4861): router solicitation and

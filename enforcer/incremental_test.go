@@ -25,17 +25,28 @@ func TestIncrementalMatchesFull(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			w := newWorld(seed)
 			inc := NewCompiler(Options{Node: testNode})
+			var prev *nft.Table
 			for step := 0; step < 150; step++ {
 				event := w.step()
 				snap := w.snapshot()
-				got, gotProblems := inc.Compile(snap, DefaultPriority)
-				want, wantProblems := Compile(snap, Options{Node: testNode, Priority: DefaultPriority})
+				priority := DefaultPriority
+				if step%50 == 49 {
+					priority-- // as when another component's chain moves in
+				}
+				got, gotProblems := inc.Compile(snap, priority)
+				want, wantProblems := Compile(snap, Options{Node: testNode, Priority: priority})
 				if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
 					t.Fatalf("step %d (%s): incremental table differs from a full compile (-full +incremental):\n%s", step, event, diff)
 				}
 				if diff := gocmp.Diff(problemStrings(wantProblems), problemStrings(gotProblems)); diff != "" {
 					t.Fatalf("step %d (%s): problems differ (-full +incremental):\n%s", step, event, diff)
 				}
+				if prev != nil {
+					if diff := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(inc.Delta())); diff != "" {
+						t.Fatalf("step %d (%s): Delta differs from nft.Diff (-Diff +Delta):\n%s", step, event, diff)
+					}
+				}
+				prev = got
 			}
 		})
 	}
@@ -94,6 +105,35 @@ func TestIncrementalSharesUnchanged(t *testing.T) {
 		len(d.AddChains)+len(d.RewriteChains)+len(d.DeleteChains)+len(d.AddSets)+len(d.DeleteSets) != 0 {
 		t.Errorf("deleting z/b: delta %+v, updated sets %q, want only %q", d, updated, want)
 	}
+}
+
+// deltaNames summarizes a delta by kind and name, sorted, to compare deltas
+// built in different orders.
+func deltaNames(d *nft.Delta) []string {
+	if d.Full {
+		return []string{"full: " + d.Reason}
+	}
+	var out []string
+	for _, c := range d.AddChains {
+		out = append(out, "add chain "+c.Name)
+	}
+	for _, c := range d.RewriteChains {
+		out = append(out, "rewrite chain "+c.Name)
+	}
+	for _, n := range d.DeleteChains {
+		out = append(out, "delete chain "+n)
+	}
+	for _, s := range d.AddSets {
+		out = append(out, "add set "+s.Name)
+	}
+	for _, u := range d.UpdateSets {
+		out = append(out, fmt.Sprintf("update set %s %p -> %p", u.New.Name, u.Old, u.New))
+	}
+	for _, n := range d.DeleteSets {
+		out = append(out, "delete set "+n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func problemStrings(ps []Problem) []string {
@@ -338,7 +378,9 @@ func (w *world) anyKey(m any) (objKey, bool) {
 }
 
 // snapshot lists the world sorted, as sources do; unchanged objects are the
-// same pointers as in the previous snapshot.
+// same pointers as in the previous snapshot. One time in ten the pods and
+// policies come shuffled, breaking the Snapshot contract, which the
+// compiler must survive.
 func (w *world) snapshot() *k8s.Snapshot {
 	s := &k8s.Snapshot{}
 	for _, name := range slices.Sorted(maps.Keys(w.namespaces)) {
@@ -349,6 +391,10 @@ func (w *world) snapshot() *k8s.Snapshot {
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(w.policies), compareKeys) {
 		s.Policies = append(s.Policies, w.policies[k])
+	}
+	if w.r.IntN(10) == 0 {
+		w.r.Shuffle(len(s.Pods), func(i, j int) { s.Pods[i], s.Pods[j] = s.Pods[j], s.Pods[i] })
+		w.r.Shuffle(len(s.Policies), func(i, j int) { s.Policies[i], s.Policies[j] = s.Policies[j], s.Policies[i] })
 	}
 	return s
 }

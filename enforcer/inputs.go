@@ -17,7 +17,6 @@ import (
 type nsEntry struct {
 	obj    *corev1.Namespace
 	labels labels.Set // with the name label the API server always sets
-	seen   uint64
 }
 
 // An nsChange is a namespace whose labels changed (or that appeared or went).
@@ -36,30 +35,22 @@ func (c *Compiler) namespaceLabels(ns string) labels.Set {
 }
 
 func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, ch *changes) {
-	for _, ns := range nss {
-		e := c.namespaces[ns.Name]
-		if e != nil && e.obj == ns {
-			e.seen = c.gen
-			continue
+	key := func(ns *corev1.Namespace) objKey { return objKey{name: ns.Name} }
+	c.nsList = walkChanges(c.nsList, nss, key, func(k objKey, _, ns *corev1.Namespace) {
+		before := c.namespaceLabels(k.name)
+		if ns == nil {
+			delete(c.namespaces, k.name)
+		} else {
+			set := make(labels.Set, len(ns.Labels)+1)
+			maps.Copy(set, ns.Labels)
+			// The API server always sets this label; manifests may not.
+			set[corev1.LabelMetadataName] = ns.Name
+			c.namespaces[k.name] = &nsEntry{obj: ns, labels: set}
 		}
-		set := make(labels.Set, len(ns.Labels)+1)
-		maps.Copy(set, ns.Labels)
-		// The API server always sets this label; manifests may not.
-		set[corev1.LabelMetadataName] = ns.Name
-		old := c.namespaceLabels(ns.Name)
-		c.namespaces[ns.Name] = &nsEntry{obj: ns, labels: set, seen: c.gen}
-		if !maps.Equal(old, set) {
-			ch.namespaces = append(ch.namespaces, nsChange{ns.Name, old, set})
+		if after := c.namespaceLabels(k.name); !maps.Equal(before, after) {
+			ch.namespaces = append(ch.namespaces, nsChange{k.name, before, after})
 		}
-	}
-	for name, e := range c.namespaces {
-		if e.seen != c.gen {
-			delete(c.namespaces, name)
-			if now := c.namespaceLabels(name); !maps.Equal(e.labels, now) {
-				ch.namespaces = append(ch.namespaces, nsChange{name, e.labels, now})
-			}
-		}
-	}
+	})
 }
 
 // A pod is what the compiler needs of a Pod that takes part in policy.
@@ -80,11 +71,8 @@ func (p *pod) equal(o *pod) bool {
 }
 
 type podEntry struct {
-	key      objKey
-	obj      *corev1.Pod
-	view     *pod // nil for a pod that takes no part in policy
-	problems []Problem
-	seen     uint64
+	obj  *corev1.Pod
+	view *pod // nil for a pod that takes no part in policy
 }
 
 // A podChange is a pod whose view changed; old or new is nil when the pod
@@ -92,34 +80,32 @@ type podEntry struct {
 type podChange struct{ old, new *pod }
 
 func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
-	for _, p := range pods {
-		key := objKey{p.Namespace, p.Name}
-		e := c.pods[key]
-		if e != nil && e.obj == p {
-			e.seen = c.gen
-			continue
-		}
-		view, problems := c.podOf(p)
+	key := func(p *corev1.Pod) objKey { return objKey{p.Namespace, p.Name} }
+	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *corev1.Pod) {
 		var old *pod
-		if e != nil {
+		if e := c.pods[k]; e != nil {
 			old = e.view
 		}
-		if old != nil && view != nil && old.equal(view) {
-			view = old // keep the object: peer sets compare pods by pointer
+		delete(c.podProblems, k)
+		if p == nil {
+			delete(c.pods, k)
+			if old != nil {
+				c.podChanged(old, nil, ch)
+			}
+			return
 		}
-		c.pods[key] = &podEntry{key: key, obj: p, view: view, problems: problems, seen: c.gen}
+		view, problems := c.podOf(p)
+		if len(problems) > 0 {
+			c.podProblems[k] = problems
+		}
+		if old != nil && view != nil && old.equal(view) {
+			view = old // keep the object: what was built from it stays valid
+		}
+		c.pods[k] = &podEntry{obj: p, view: view}
 		if old != view {
 			c.podChanged(old, view, ch)
 		}
-	}
-	for key, e := range c.pods {
-		if e.seen != c.gen {
-			delete(c.pods, key)
-			if e.view != nil {
-				c.podChanged(e.view, nil, ch)
-			}
-		}
-	}
+	})
 }
 
 // podChanged updates the indexes for a pod whose view changed from old to

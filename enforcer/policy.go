@@ -20,9 +20,8 @@ import (
 // they use follow from the spec alone, so they are built once per spec; its
 // targets follow from this node's pods.
 type policyState struct {
-	key  objKey
-	np   *networkingv1.NetworkPolicy
-	seen uint64
+	key objKey
+	np  *networkingv1.NetworkPolicy
 
 	sel         labels.Selector // nil when spec.podSelector does not parse
 	selProblems []Problem
@@ -79,29 +78,29 @@ func policyTypes(np *networkingv1.NetworkPolicy) map[networkingv1.PolicyType]boo
 }
 
 func (c *Compiler) syncPolicies(nps []*networkingv1.NetworkPolicy, ch *changes) {
-	for _, np := range nps {
-		key := objKey{np.Namespace, np.Name}
-		p := c.policies[key]
-		if p != nil && (p.np == np || equality.Semantic.DeepEqual(p.np.Spec, np.Spec)) {
-			p.np, p.seen = np, c.gen
-			continue
+	key := func(np *networkingv1.NetworkPolicy) objKey { return objKey{np.Namespace, np.Name} }
+	c.policyList = walkChanges(c.policyList, nps, key, func(k objKey, _, np *networkingv1.NetworkPolicy) {
+		p := c.policies[k]
+		if p != nil && np != nil && equality.Semantic.DeepEqual(p.np.Spec, np.Spec) {
+			p.np = np // a new version with the same spec: metadata only
+			return
 		}
 		if p != nil {
 			c.removePolicy(p, ch)
 		}
-		p = c.planPolicy(np)
-		p.seen = c.gen
-		c.policies[key] = p
-		byName := c.policiesByNS[key.namespace]
-		i, _ := slices.BinarySearchFunc(byName, key.name, policyByName)
-		c.policiesByNS[key.namespace] = slices.Insert(byName, i, p)
-		ch.policies = append(ch.policies, p)
-	}
-	for _, p := range c.policies {
-		if p.seen != c.gen {
-			c.removePolicy(p, ch)
+		if np == nil {
+			return
 		}
-	}
+		p = c.planPolicy(np)
+		c.policies[k] = p
+		byName := c.policiesByNS[k.namespace]
+		i, _ := slices.BinarySearchFunc(byName, k.name, policyByName)
+		c.policiesByNS[k.namespace] = slices.Insert(byName, i, p)
+		if len(p.selProblems)+len(p.ruleProblems) > 0 {
+			c.policyProblems[k] = p
+		}
+		ch.policies = append(ch.policies, p)
+	})
 }
 
 func policyByName(p *policyState, name string) int {
@@ -119,6 +118,7 @@ func (c *Compiler) removePolicy(p *policyState, ch *changes) {
 		c.deactivate(p)
 	}
 	delete(c.policies, p.key)
+	delete(c.policyProblems, p.key)
 	byName := c.policiesByNS[p.key.namespace]
 	if i, ok := slices.BinarySearchFunc(byName, p.key.name, policyByName); ok {
 		byName = slices.Delete(byName, i, i+1)

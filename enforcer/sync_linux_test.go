@@ -41,12 +41,13 @@ func TestKernelLabelChangeIsSmallBatch(t *testing.T) {
 	// namespace allows from team-0 namespaces: it leaves all those peer sets.
 	changed := *snap
 	changed.Pods = append([]*corev1.Pod(nil), snap.Pods...)
-	p := snap.Pods[3].DeepCopy()
+	i := slices.IndexFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
+	p := snap.Pods[i].DeepCopy()
 	if p.Labels["tier"] != "tier-0" || p.Spec.NodeName == testNode {
 		t.Fatalf("fixture changed: pod %s/%s is %v on %s", p.Namespace, p.Name, p.Labels, p.Spec.NodeName)
 	}
 	p.Labels["tier"] = "tier-1"
-	changed.Pods[3] = p
+	changed.Pods[i] = p
 	res, err := s.Sync(&changed)
 	if err != nil {
 		t.Fatal(err)

@@ -146,7 +146,7 @@ func (in *Informers) Snapshot() *Snapshot {
 			snap.Policies = append(snap.Policies, o)
 		}
 	}
-	snap.sort()
+	snap.Sort()
 	return snap
 }
 

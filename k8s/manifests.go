@@ -2,7 +2,6 @@ package k8s
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,7 +61,7 @@ func LoadFS(fsys fs.FS) (*Snapshot, []*ObjectError, error) {
 		}
 		l.loadFile(name, data)
 	}
-	l.snap.sort()
+	l.snap.Sort()
 	return &l.snap, l.errs, nil
 }
 
@@ -106,18 +104,6 @@ func isManifestName(name string) bool {
 		return true
 	}
 	return false
-}
-
-// sort orders every slice by namespace and name, so that a Snapshot does not
-// depend on file names or document order.
-func (s *Snapshot) sort() {
-	byName := func(a, b metav1.Object) int {
-		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
-	}
-	slices.SortFunc(s.Namespaces, func(a, b *corev1.Namespace) int { return byName(a, b) })
-	slices.SortFunc(s.Pods, func(a, b *corev1.Pod) int { return byName(a, b) })
-	slices.SortFunc(s.Nodes, func(a, b *corev1.Node) int { return byName(a, b) })
-	slices.SortFunc(s.Policies, func(a, b *networkingv1.NetworkPolicy) int { return byName(a, b) })
 }
 
 // A kindInfo is what the loader knows about one kind it reads.

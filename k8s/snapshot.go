@@ -1,8 +1,12 @@
 package k8s
 
 import (
+	"cmp"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // A Snapshot is the cluster state the enforcer compiles: every namespace,
@@ -20,4 +24,17 @@ type Snapshot struct {
 	Pods       []*corev1.Pod
 	Nodes      []*corev1.Node
 	Policies   []*networkingv1.NetworkPolicy
+}
+
+// Sort orders every slice by namespace and name, as the Snapshot contract
+// asks, for builders of snapshots (sources, tests, benchmarks). It sorts in
+// place: call it before handing the Snapshot out.
+func (s *Snapshot) Sort() {
+	byName := func(a, b metav1.Object) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	}
+	slices.SortFunc(s.Namespaces, func(a, b *corev1.Namespace) int { return byName(a, b) })
+	slices.SortFunc(s.Pods, func(a, b *corev1.Pod) int { return byName(a, b) })
+	slices.SortFunc(s.Nodes, func(a, b *corev1.Node) int { return byName(a, b) })
+	slices.SortFunc(s.Policies, func(a, b *networkingv1.NetworkPolicy) int { return byName(a, b) })
 }

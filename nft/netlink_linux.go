@@ -145,25 +145,25 @@ func (c *Conn) Update(old, new *Table) (BatchStats, error) {
 }
 
 // UpdateAt is Update, checked against the ruleset generation gen as ApplyAt
-// checks it, also when it falls back to replacing the whole table. When
-// there is nothing to write it sends no batch: BatchStats.Generation is then
-// the current generation, and if gen is not 0 and no longer current the
-// error is ErrGenerationChanged all the same, since old may no longer be
-// what the kernel holds.
+// checks it, also when it falls back to replacing the whole table.
 func (c *Conn) UpdateAt(old, new *Table, gen uint32) (BatchStats, error) {
-	d := Diff(old, new)
+	return c.WriteDeltaAt(Diff(old, new), new, gen)
+}
+
+// WriteDeltaAt writes d, the delta from the table the kernel holds to new,
+// checked against the generation gen (0: unchecked). It is UpdateAt for a
+// caller that knows the delta without diffing two whole tables (see
+// enforcer.Compiler.Delta). A Full delta replaces the table as ApplyAt does.
+//
+// An empty delta sends nothing and reads nothing: BatchStats.Generation is
+// gen itself, since the kernel holds what it held at gen whatever others
+// committed since; a stale gen is found by the next delta that writes.
+func (c *Conn) WriteDeltaAt(d *Delta, new *Table, gen uint32) (BatchStats, error) {
 	if d.Full {
 		return c.ApplyAt(new, gen)
 	}
 	if d.Empty() {
-		cur, err := c.Generation()
-		if err != nil {
-			return BatchStats{}, fmt.Errorf("update table inet %s: %w", new.Name, err)
-		}
-		if gen != 0 && cur != gen {
-			return BatchStats{}, fmt.Errorf("update table inet %s: nothing to write, but: %w: expected generation %d, found %d", new.Name, ErrGenerationChanged, gen, cur)
-		}
-		return BatchStats{Generation: cur}, nil
+		return BatchStats{Generation: gen}, nil
 	}
 	b, err := c.newWriter(new.Name, gen)
 	if err != nil {

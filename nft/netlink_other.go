@@ -37,6 +37,11 @@ func (c *Conn) UpdateAt(old, new *Table, gen uint32) (BatchStats, error) {
 	return BatchStats{}, ErrUnsupported
 }
 
+// WriteDeltaAt fails off Linux.
+func (c *Conn) WriteDeltaAt(d *Delta, new *Table, gen uint32) (BatchStats, error) {
+	return BatchStats{}, ErrUnsupported
+}
+
 // Delete fails off Linux.
 func (c *Conn) Delete(family Family, name string) error { return ErrUnsupported }
 

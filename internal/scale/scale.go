@@ -91,6 +91,7 @@ func Cluster(namespaces, podsPerNS, policiesPerNS, localPods int, node string, u
 			s.Policies = append(s.Policies, np)
 		}
 	}
+	s.Sort()
 	return s
 }
 

@@ -1,0 +1,102 @@
+package enforcer
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// touched records what one Compile call registered or dropped: for each
+// chain and set name, what the table held under it before the call (nil:
+// nothing). Delta compares only these, so its cost follows the event.
+type touched struct {
+	chains map[string]*nft.Chain
+	sets   map[string]*nft.Set
+}
+
+func (c *Compiler) touchChain(name string) {
+	if _, ok := c.touched.chains[name]; ok {
+		return
+	}
+	var before *nft.Chain
+	if e, ok := c.chains[name]; ok {
+		before = e.chain
+	}
+	c.touched.chains[name] = before
+}
+
+func (c *Compiler) touchSet(name string) {
+	if _, ok := c.touched.sets[name]; ok {
+		return
+	}
+	var before *nft.Set
+	if e, ok := c.sets[name]; ok {
+		before = e.set
+	}
+	c.touched.sets[name] = before
+}
+
+// Delta returns what changed between the two tables the last two Compile
+// calls returned: what nft.Diff of them would return (TestIncrementalMatchesFull
+// checks it), found from what the last call touched instead of from every
+// chain and set of both tables. After the first call it is Full.
+func (c *Compiler) Delta() *nft.Delta {
+	prev, cur := c.prevTable, c.lastTable
+	if prev == nil || cur == nil {
+		return &nft.Delta{Full: true, Reason: "nothing programmed yet"}
+	}
+	d := &nft.Delta{}
+	// The base chain is built by every call; the dispatch maps by calls
+	// where a pod chain changed.
+	if pf, cf := prev.Chains[0], cur.Chains[0]; pf != cf {
+		if !reflect.DeepEqual(pf.Hook, cf.Hook) {
+			return &nft.Delta{Full: true, Reason: "base chain " + cf.Name + " changed its hook or priority"}
+		}
+		if !slices.EqualFunc(pf.Rules, cf.Rules, nft.Rule.Equal) {
+			d.RewriteChains = append(d.RewriteChains, cf)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.touched.chains)) {
+		before, after := c.touched.chains[name], (*nft.Chain)(nil)
+		if e, ok := c.chains[name]; ok {
+			after = e.chain
+		}
+		switch {
+		case before == after:
+		case before == nil:
+			d.AddChains = append(d.AddChains, after)
+		case after == nil:
+			d.DeleteChains = append(d.DeleteChains, name)
+		case !slices.EqualFunc(before.Rules, after.Rules, nft.Rule.Equal):
+			d.RewriteChains = append(d.RewriteChains, after)
+		}
+	}
+	sets := map[string][2]*nft.Set{}
+	for i, s := range cur.Sets[:len(c.dispatch)] {
+		sets[s.Name] = [2]*nft.Set{prev.Sets[i], s}
+	}
+	for name, before := range c.touched.sets {
+		var after *nft.Set
+		if e, ok := c.sets[name]; ok {
+			after = e.set
+		}
+		sets[name] = [2]*nft.Set{before, after}
+	}
+	for _, name := range slices.Sorted(maps.Keys(sets)) {
+		before, after := sets[name][0], sets[name][1]
+		switch {
+		case before == after:
+		case before == nil:
+			d.AddSets = append(d.AddSets, after)
+		case after == nil:
+			d.DeleteSets = append(d.DeleteSets, name)
+		case before.Key != after.Key || before.Interval != after.Interval || before.Verdict != after.Verdict || before.Comment != after.Comment:
+			return &nft.Delta{Full: true, Reason: "set " + name + " changed its type, flags or comment"}
+		case !slices.Equal(before.Elements, after.Elements):
+			d.UpdateSets = append(d.UpdateSets, nft.SetUpdate{Old: before, New: after})
+		}
+	}
+	return d
+}
