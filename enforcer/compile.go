@@ -452,23 +452,24 @@ func (c *Compiler) podChain(pd *pod, d direction, policyChains []string) *nft.Ch
 		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
 		Comment: "only our policy chains may set our bits",
 	})
+	for _, pc := range policyChains {
+		ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
+	}
+	ch.Rules = append(ch.Rules, nft.Rule{
+		Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
+		Comment: "allowed: clear our bits and go on",
+	})
+	// Self traffic is checked last: only what no policy allowed pays for
+	// it, not every allowed connection. Our bit is clear here.
 	for _, ip := range pd.ips {
 		ch.Rules = append(ch.Rules, nft.Rule{
 			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.Verdict{Kind: nft.Return}},
 			Comment: "a pod may always reach itself",
 		})
 	}
-	for _, pc := range policyChains {
-		ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
-	}
-	ch.Rules = append(ch.Rules,
-		nft.Rule{
-			Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
-			Comment: "allowed: clear our bits and go on",
-		},
-		nft.Rule{
-			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Drop}},
-			Comment: truncateComment(fmt.Sprintf("%s: no %s rule allows", pd.key, d.name)),
-		})
+	ch.Rules = append(ch.Rules, nft.Rule{
+		Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Drop}},
+		Comment: truncateComment(fmt.Sprintf("%s: no %s rule allows", pd.key, d.name)),
+	})
 	return ch
 }

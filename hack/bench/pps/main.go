@@ -257,6 +257,7 @@ func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int) *k8s.Snap
 			}},
 		},
 	})
+	snap.Sort()
 	return snap
 }
 
