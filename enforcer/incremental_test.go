@@ -100,7 +100,7 @@ func TestIncrementalSharesUnchanged(t *testing.T) {
 		updated = append(updated, u.New.Comment)
 	}
 	slices.Sort(updated)
-	port := "named port serve-80-tcp/tcp: address . protocol . port of every pod serving it"
+	port := "named port serve-80-tcp/tcp: address . protocol . port of each pod of this node serving it"
 	if want := []string{port, port, "peers ns:ns=z|pod:all;", "peers ns:ns=z|pod:all;"}; !slices.Equal(updated, want) ||
 		len(d.AddChains)+len(d.RewriteChains)+len(d.DeleteChains)+len(d.AddSets)+len(d.DeleteSets) != 0 {
 		t.Errorf("deleting z/b: delta %+v, updated sets %q, want only %q", d, updated, want)

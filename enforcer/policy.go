@@ -42,11 +42,14 @@ type peerUse struct {
 	parsed *parsedPeers
 }
 
-// A portUse names the set of a named port: every pod's address . protocol
-// . port for the pods serving that name with that protocol.
+// A portUse names the set of a named port: address . protocol . port of
+// the pods serving that name with that protocol which can be the
+// destination of a rule in that direction: this node's pods for ingress
+// (the destination is a selected pod), every pod for egress (a peer).
 type portUse struct {
-	name  string
-	proto nft.Proto
+	name    string
+	proto   nft.Proto
+	ingress bool
 }
 
 func (p *policyState) problems() []Problem {
@@ -283,15 +286,16 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 			}
 			if port.Port != nil && port.Port.Type == intstr.String {
 				// Named port: resolved per destination pod. The set holds
-				// every pod serving the name with this protocol, which is
-				// exact for both directions: for ingress the destination is
-				// the selected pod whose chain we are in, for egress it is
-				// a peer, which the peer set checks.
+				// the pods serving the name with this protocol that can be
+				// destinations, which is exact for both directions: for
+				// ingress the destination is the selected pod whose chain
+				// we are in, for egress it is a peer, which the peer set
+				// checks.
 				if msgs := validation.IsValidPortName(port.Port.StrVal); len(msgs) > 0 {
 					problem(fmt.Errorf("spec.%s.ports[%d]: port %q: %s (port ignored)", where, j, port.Port.StrVal, strings.Join(msgs, "; ")))
 					continue
 				}
-				use := portUse{name: port.Port.StrVal, proto: proto}
+				use := portUse{name: port.Port.StrVal, proto: proto, ingress: d == ingress}
 				p.portUses = append(p.portUses, use)
 				for _, f := range families {
 					exprs := append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(use, f)})

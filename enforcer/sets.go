@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -277,13 +278,13 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 	return false
 }
 
-// portSets are a named port resolved on every pod: address . protocol .
-// port of each pod serving the name with the protocol, one set per family.
+// portSets are a named port resolved on the pods that can be destinations
+// (see portUse), one set per family.
 //
-// They hold every pod of the cluster, so a pod event patches them rather
-// than recomputing: count says how many pods give each element (two pods
-// may briefly share an address), and an element is in the set while its
-// count is positive.
+// The egress ones hold every pod of the cluster serving the name, so a pod
+// event patches them rather than recomputing: count says how many pods
+// give each element (two pods may briefly share an address), and an
+// element is in the set while its count is positive.
 type portSets struct {
 	use     portUse
 	refs    int
@@ -292,11 +293,28 @@ type portSets struct {
 	created uint64 // generation: sets made from the pods as they are now need no patch
 }
 
-// namedPortSetName is `port-<name>-<proto>-v4`: port names are IANA service
-// names (lowercase letters, digits and dashes, at most 15), so the set name
-// can say what it holds.
+// namedPortSetName is `ingress-port-<name>-<proto>-v4` (this node's pods)
+// or `egress-port-…` (every pod): port names are IANA service names
+// (lowercase letters, digits and dashes, at most 15), so the set name can
+// say what it holds.
 func namedPortSetName(u portUse, f nft.IPFamily) string {
-	return "port-" + u.name + "-" + u.proto.String() + "-" + familySuffix(f)
+	dir := "egress"
+	if u.ingress {
+		dir = "ingress"
+	}
+	return dir + "-port-" + u.name + "-" + u.proto.String() + "-" + familySuffix(f)
+}
+
+// candidates are the pods whose addresses can be destinations of u.
+func (c *Compiler) candidates(u portUse) []*pod {
+	if !u.ingress {
+		return c.everyPod()
+	}
+	var local []*pod
+	for _, ns := range slices.Sorted(maps.Keys(c.localByNS)) {
+		local = append(local, c.localByNS[ns]...)
+	}
+	return local
 }
 
 func (c *Compiler) acquirePortSets(u portUse) {
@@ -305,7 +323,7 @@ func (c *Compiler) acquirePortSets(u portUse) {
 		e = &portSets{use: u, count: map[nft.Element]int{}, sets: map[nft.IPFamily]*nft.Set{}, created: c.gen}
 		c.portSets[u] = e
 		elems := map[nft.IPFamily][]nft.Element{}
-		for _, pd := range c.everyPod() {
+		for _, pd := range c.candidates(u) {
 			for _, el := range pd.portElements(u) {
 				if e.count[el]++; e.count[el] == 1 {
 					f := nft.FamilyOf(el.Addr)
@@ -335,9 +353,13 @@ func (c *Compiler) releasePortSets(u portUse) {
 }
 
 func (e *portSets) newSet(f nft.IPFamily, elems []nft.Element) *nft.Set {
+	whose := "every pod"
+	if e.use.ingress {
+		whose = "each pod of this node"
+	}
 	return &nft.Set{
 		Name:     namedPortSetName(e.use, f),
-		Comment:  fmt.Sprintf("named port %s/%s: address . protocol . port of every pod serving it", e.use.name, e.use.proto),
+		Comment:  fmt.Sprintf("named port %s/%s: address . protocol . port of %s serving it", e.use.name, e.use.proto, whose),
 		Key:      protoPortKey(f),
 		Elements: elems,
 	}
@@ -356,8 +378,9 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 		var gone, came []nft.Element
 		for _, changed := range ch.pods {
 			for _, pc := range changed {
-				if pc.old != nil && pc.new != nil && slices.Equal(pc.old.ips, pc.new.ips) && slices.Equal(pc.old.ports, pc.new.ports) {
-					continue // labels or node: nothing this set holds
+				if pc.old != nil && pc.new != nil && pc.old.local == pc.new.local &&
+					slices.Equal(pc.old.ips, pc.new.ips) && slices.Equal(pc.old.ports, pc.new.ports) {
+					continue // labels: nothing this set holds
 				}
 				for _, el := range pc.old.portElements(e.use) {
 					if e.count[el]--; e.count[el] == 0 {
@@ -402,9 +425,9 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 }
 
 // portElements are the elements a pod (nil: none) gives the set of named
-// port u, unsorted.
+// port u, unsorted: none from another node's pod for ingress.
 func (p *pod) portElements(u portUse) []nft.Element {
-	if p == nil {
+	if p == nil || (u.ingress && !p.local) {
 		return nil
 	}
 	var out []nft.Element
