@@ -1,26 +1,66 @@
-// Command events measures event → kernel latency: for each kind of event
-// (pod add, pod delete, pod label change, namespace label change, policy
-// add, policy edit) it applies N events one after another to a synthetic
-// cluster and times the syncer's compile and delta batch for each, with no
-// debounce; the daemon's default debounce (100 ms) adds to every figure when
-// events arrive one at a time. Needs root (it programs a throwaway netns).
+// Command events measures event → kernel latency of the daemon's Syncer on
+// a synthetic cluster (internal/scale). Six kinds of event, each one object
+// changed in a new snapshot:
 //
-//	go run ./hack/bench/events [-namespaces 100 -policies 10 -events 200]
+//   - pod add: a new pod on another node that peer selectors select;
+//   - pod delete: a pod on another node that peer selectors select;
+//   - pod label change: a pod on another node gets another tier label, so
+//     that it leaves a peer set, or (every other event) enters one;
+//   - namespace label change: a namespace's team label, moving its pods in
+//     or out of peer sets;
+//   - policy add: a copy of a policy that selects pods of this node;
+//   - policy edit: a changed port in a rule of such a policy.
+//
+// Events of a kind follow one another (200 pod adds are 200 new pods); each
+// kind starts again from the base cluster. Every event must write a delta
+// batch to the kernel: the command fails if one writes nothing or rewrites
+// the whole table, so that it cannot time no-ops.
+//
+// It measures two ways in one run:
+//
+//  1. Sync called for each event, no debounce: the whole Sync, and its
+//     CompileTime and WriteTime, and the netlink messages per event.
+//  2. The daemon's loop, Syncer.Run with -debounce and -max-delay: each
+//     event's snapshot is sent on the updates channel, and the time is
+//     from the send until Status reports the sync done. Events are sent one
+//     at a time, so each waits out the whole debounce.
+//
+// Output is fixed-width tables that are also markdown, for
+// docs/performance.md. Needs root: it programs a throwaway network
+// namespace, deleted on exit.
+//
+// Flags: -namespaces, -pods (per namespace), -policies (per namespace),
+// -local (pods on the node under test), -events (of each kind), -debounce
+// and -max-delay (those of Run; the defaults are the daemon's).
+//
+//	go run ./hack/bench/events -namespaces 100 -pods 100 -policies 10 -events 200
+//	go run ./hack/bench/events -policies 100 -pods 1000   # 10k policies, 100k pods
 package main
 
 import (
+	"cmp"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
+	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/scale"
@@ -28,125 +68,741 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
+// node is the node under test: its pods are the policies' targets.
 const node = "node-1"
+
+// The labels scale.Cluster's peer selectors read: policy k allows pods with
+// tier-(k%3) in namespaces with team-(k%10).
+const (
+	tierLabel = "tier"
+	teamLabel = "team"
+)
+
+// pollInterval is how often the Run mode reads Status while waiting for an
+// event to land: fine against a debounce of milliseconds, coarse enough not
+// to steal the syncer's CPU.
+const pollInterval = 75 * time.Microsecond
 
 func main() { os.Exit(run()) }
 
+type config struct {
+	namespaces, pods, policies, local, events int
+	timing                                    enforcer.Timing
+}
+
 func run() int {
-	namespaces := flag.Int("namespaces", 100, "namespaces of 100 pods")
-	policies := flag.Int("policies", 10, "policies per namespace")
-	events := flag.Int("events", 200, "events of each kind")
-	debounce := flag.Duration("debounce", 100*time.Millisecond, "the daemon's debounce, added for the second column")
+	var cfg config
+	flag.IntVar(&cfg.namespaces, "namespaces", 100, "namespaces")
+	flag.IntVar(&cfg.pods, "pods", 100, "pods per namespace")
+	flag.IntVar(&cfg.policies, "policies", 10, "policies per namespace")
+	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
+	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
+	// The daemon's defaults (cmd/nftpolicy: --debounce, --max-delay).
+	flag.DurationVar(&cfg.timing.Debounce, "debounce", 100*time.Millisecond, "Run's debounce, for the second table")
+	flag.DurationVar(&cfg.timing.MaxDelay, "max-delay", time.Second, "Run's max delay, for the second table")
 	flag.Parse()
+	cfg.timing.Retry = time.Second
+	if cfg.namespaces < 1 || cfg.pods < 1 || cfg.policies < 1 || cfg.events < 1 {
+		fmt.Fprintln(os.Stderr, "-namespaces, -pods, -policies and -events must be at least 1")
+		return 2
+	}
+	if cfg.local < 1 || cfg.local > cfg.namespaces*cfg.pods {
+		fmt.Fprintln(os.Stderr, "-local must be between 1 and the number of pods")
+		return 2
+	}
 
-	ns := fmt.Sprintf("nftbench-ev-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "ip netns add: %v: %s", err, out)
-		return 1
-	}
-	defer exec.Command("ip", "netns", "del", ns).Run()
-	conn, err := nft.Open(ns)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer conn.Close()
-	s := enforcer.NewSyncer(conn, enforcer.Options{Node: node}, enforcer.PrioritySetting{Auto: true}, zap.NewNop())
-
-	snap := scale.Cluster(*namespaces, 100, *policies, 100, node, false)
-	if _, err := s.Sync(snap); err != nil {
-		fmt.Fprintln(os.Stderr, "first sync:", err)
-		return 1
-	}
-	fmt.Printf("event -> kernel, %d policies / %d pods, %d events of each kind, no debounce (then + %v)\n",
-		*namespaces**policies, *namespaces*100, *events, *debounce)
-	fmt.Printf("%-22s %10s %10s %10s %14s %14s\n", "event", "p50", "p99", "max", "p50+debounce", "p99+debounce")
-	for _, kind := range kinds {
-		var took []time.Duration
-		cur := snap
-		for i := 0; i < *events; i++ {
-			next := kind.apply(cur, i)
-			start := time.Now()
-			res, err := s.Sync(next)
-			took = append(took, time.Since(start))
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "%s #%d: %v\n", kind.name, i, err)
-				return 1
-			}
-			if res.Batch.Full {
-				fmt.Fprintf(os.Stderr, "%s #%d rewrote the whole table\n", kind.name, i)
-				return 1
-			}
-			cur = next
+	// An interrupt cancels ctx instead of killing the process, so that the
+	// deferred netns deletion runs.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := bench(ctx, cfg, os.Stdout); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted (%w)", err)
 		}
-		slices.Sort(took)
-		p50, p99, mx := took[len(took)/2], took[len(took)*99/100], took[len(took)-1]
-		fmt.Printf("%-22s %10s %10s %10s %14s %14s\n", kind.name, ms(p50), ms(p99), ms(mx), ms(p50+*debounce), ms(p99+*debounce))
-		// The next kind starts from the same cluster.
-		if _, err := s.Sync(snap); err != nil {
-			fmt.Fprintln(os.Stderr, "reset:", err)
-			return 1
-		}
+		fmt.Fprintln(os.Stderr, "events:", err)
+		return 1
 	}
 	return 0
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+func bench(ctx context.Context, cfg config, out io.Writer) error {
+	base := scale.Cluster(cfg.namespaces, cfg.pods, cfg.policies, cfg.local, node, false)
+	kinds, err := eventKinds(newCluster(base), cfg.events)
+	if err != nil {
+		return err
+	}
 
-type kind struct {
-	name  string
-	apply func(s *k8s.Snapshot, i int) *k8s.Snapshot
+	netns := fmt.Sprintf("nftbench-ev-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", netns).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip netns add: %v: %s", err, out)
+	}
+	defer exec.Command("ip", "netns", "del", netns).Run()
+	conn, err := nft.Open(netns)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	s := enforcer.NewSyncer(conn, enforcer.Options{Node: node}, enforcer.PrioritySetting{Auto: true}, zap.NewNop())
+
+	start := time.Now()
+	first, err := s.Sync(base)
+	if err != nil {
+		return fmt.Errorf("first sync: %w", err)
+	}
+	local := 0
+	for _, p := range base.Pods {
+		if p.Spec.NodeName == node {
+			local++
+		}
+	}
+	fmt.Fprintf(out, "event -> kernel: %d namespaces, %d pods (%d on this node), %d policies; %d events of each kind\n",
+		len(base.Namespaces), len(base.Pods), local, len(base.Policies), cfg.events)
+	fmt.Fprintf(out, "first sync (whole table): %s, %d messages\n", seconds(time.Since(start)), first.Batch.Messages)
+
+	direct, err := measureSync(ctx, s, base, kinds, cfg.events)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nSync per event, no debounce:\n\n")
+	direct.print(out)
+
+	// Run takes over the same Syncer, now holding the base cluster again:
+	// from here on only Run may call Sync.
+	viaRun, err := measureRun(ctx, s, base, kinds, cfg.events, cfg.timing)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nThrough Run (debounce %v, max-delay %v), one event at a time, send -> sync done:\n\n",
+		cfg.timing.Debounce, cfg.timing.MaxDelay)
+	viaRun.print(out)
+	return nil
 }
 
-// Each kind returns a new snapshot (snapshots are immutable) that differs
-// from s by one object; event i alternates so that every event is a change.
-var kinds = []kind{
-	{"pod add", func(s *k8s.Snapshot, i int) *k8s.Snapshot {
-		out := *s
-		ip := netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})
-		out.Pods = append(slices.Clip(s.Pods), &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns-0", Name: fmt.Sprintf("new-%d", i), Labels: map[string]string{"app": "app-0", "tier": "tier-0"}},
-			Spec:       corev1.PodSpec{NodeName: "node-other"},
-			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: ip.String()}}},
+// measureSync applies every kind's events by calling Sync, checking that
+// each writes a delta, and syncs base again after each kind. The messages
+// column is the mean netlink messages of an event's batch.
+func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, kinds []eventKind, events int) (table, error) {
+	t := table{header: []string{"event", "sync p50", "sync p99", "sync max", "compile p50", "compile p99", "write p50", "write p99", "mean messages"}}
+	for _, kind := range kinds {
+		var syncs, compiles, writes []time.Duration
+		messages := 0
+		cur := base
+		for i := range events {
+			if err := ctx.Err(); err != nil {
+				return t, err
+			}
+			next, err := kind.next(cur, i)
+			if err != nil {
+				return t, fmt.Errorf("%s #%d: %w", kind.name, i, err)
+			}
+			start := time.Now()
+			res, err := s.Sync(next)
+			took := time.Since(start)
+			if err != nil {
+				return t, fmt.Errorf("%s #%d: sync: %w", kind.name, i, err)
+			}
+			if res.Batch.Messages == 0 {
+				return t, fmt.Errorf("%s #%d wrote nothing to the kernel: the event changes nothing, so it measures nothing", kind.name, i)
+			}
+			if res.Batch.Full {
+				return t, fmt.Errorf("%s #%d rewrote the whole table (%d messages) instead of a delta", kind.name, i, res.Batch.Messages)
+			}
+			syncs = append(syncs, took)
+			compiles = append(compiles, res.CompileTime)
+			writes = append(writes, res.WriteTime)
+			messages += res.Batch.Messages
+			cur = next
+		}
+		if _, err := s.Sync(base); err != nil {
+			return t, fmt.Errorf("back to the base cluster after %s: %w", kind.name, err)
+		}
+		t.rows = append(t.rows, []string{kind.name,
+			millis(percentile(syncs, 0.50)), millis(percentile(syncs, 0.99)), millis(percentile(syncs, 1)),
+			millis(percentile(compiles, 0.50)), millis(percentile(compiles, 0.99)),
+			millis(percentile(writes, 0.50)), millis(percentile(writes, 0.99)),
+			fmt.Sprintf("%.1f", float64(messages)/float64(events)),
 		})
-		return &out
-	}},
-	{"pod delete", func(s *k8s.Snapshot, i int) *k8s.Snapshot {
-		out := *s
-		out.Pods = slices.Delete(slices.Clone(s.Pods), 3+i, 4+i)
-		return &out
-	}},
-	{"pod label change", func(s *k8s.Snapshot, i int) *k8s.Snapshot {
-		out := *s
-		out.Pods = slices.Clone(s.Pods)
-		p := s.Pods[3+3*i].DeepCopy()
-		p.Labels["tier"] = fmt.Sprintf("tier-%d", i%2+1)
-		out.Pods[3+3*i] = p
-		return &out
-	}},
-	{"namespace label change", func(s *k8s.Snapshot, i int) *k8s.Snapshot {
-		out := *s
-		out.Namespaces = slices.Clone(s.Namespaces)
-		n := s.Namespaces[i%len(s.Namespaces)].DeepCopy()
-		n.Labels["team"] = fmt.Sprintf("team-%d", (i+1)%10)
-		out.Namespaces[i%len(s.Namespaces)] = n
-		return &out
-	}},
-	{"policy add", func(s *k8s.Snapshot, i int) *k8s.Snapshot {
-		out := *s
-		np := s.Policies[i%len(s.Policies)].DeepCopy()
-		np.Name = fmt.Sprintf("added-%d", i)
-		out.Policies = append(slices.Clip(s.Policies), np)
-		return &out
-	}},
-	{"policy edit", func(s *k8s.Snapshot, i int) *k8s.Snapshot {
-		out := *s
-		out.Policies = slices.Clone(s.Policies)
-		np := s.Policies[(2*i)%len(s.Policies)].DeepCopy()
-		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
-			From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: fmt.Sprintf("172.16.%d.0/24", i%256)}}},
-		})
-		out.Policies[(2*i)%len(s.Policies)] = np
-		return &out
-	}},
+	}
+	return t, nil
+}
+
+// measureRun replays the same events through s.Run, one at a time: each
+// snapshot is sent on the updates channel and timed until s.Status reports
+// one more successful sync. s must hold base and nothing else may call its
+// Sync meanwhile.
+func measureRun(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, kinds []eventKind, events int, timing enforcer.Timing) (table, error) {
+	t := table{header: []string{"event", "p50", "p99", "max"}}
+	runCtx, stopRun := context.WithCancel(ctx)
+	updates := make(chan *k8s.Snapshot)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		s.Run(runCtx, updates, timing)
+	}()
+	// Run must have returned before the caller closes the connection.
+	defer func() {
+		stopRun()
+		<-runDone
+	}()
+
+	// Generous: the wait is the debounce (or max delay) plus one sync,
+	// which is well under a minute at any scale this command is run at.
+	timeout := timing.Debounce + timing.MaxDelay + time.Minute
+	// send hands snap to Run and waits for it to be programmed.
+	send := func(snap *k8s.Snapshot) (time.Duration, error) {
+		before, _ := s.Status()
+		start := time.Now()
+		select {
+		case updates <- snap:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		deadline := start.Add(timeout)
+		for {
+			gen, err := s.Status()
+			if gen > before {
+				return time.Since(start), nil
+			}
+			if err != nil {
+				return 0, fmt.Errorf("sync failed: %w", err)
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("not programmed after %v", timeout)
+			}
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			time.Sleep(pollInterval)
+		}
+	}
+
+	for _, kind := range kinds {
+		var took []time.Duration
+		cur := base
+		for i := range events {
+			next, err := kind.next(cur, i)
+			if err != nil {
+				return t, fmt.Errorf("%s #%d: %w", kind.name, i, err)
+			}
+			d, err := send(next)
+			if err != nil {
+				return t, fmt.Errorf("%s #%d through Run: %w", kind.name, i, err)
+			}
+			took = append(took, d)
+			cur = next
+		}
+		if _, err := send(base); err != nil {
+			return t, fmt.Errorf("back to the base cluster after %s, through Run: %w", kind.name, err)
+		}
+		t.rows = append(t.rows, []string{kind.name,
+			millis(percentile(took, 0.50)), millis(percentile(took, 0.99)), millis(percentile(took, 1))})
+	}
+	return t, nil
+}
+
+// percentile returns the q-quantile of ds by the nearest-rank method
+// (q = 1 is the maximum). It sorts ds.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	slices.Sort(ds)
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[max(i, 0)]
+}
+
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+func seconds(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
+
+// A table prints as fixed-width columns that are also a markdown table:
+// the first column left-aligned, the others (numbers) right-aligned.
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+func (t table) print(w io.Writer) {
+	widths := make([]int, len(t.header))
+	for _, row := range append([][]string{t.header}, t.rows...) {
+		for c, cell := range row {
+			widths[c] = max(widths[c], len(cell))
+		}
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		for c, cell := range cells {
+			if c == 0 {
+				fmt.Fprintf(&b, "| %-*s ", widths[c], cell)
+			} else {
+				fmt.Fprintf(&b, "| %*s ", widths[c], cell)
+			}
+		}
+		fmt.Fprintln(w, b.String()+"|")
+	}
+	line(t.header)
+	rule := make([]string, len(widths))
+	for c, width := range widths {
+		rule[c] = strings.Repeat("-", width)
+		if c > 0 {
+			rule[c] = rule[c][1:] + ":" // right-aligned in markdown
+		}
+	}
+	line(rule)
+	for _, row := range t.rows {
+		line(row)
+	}
+}
+
+// An eventKind makes events of one kind: next returns the snapshot after
+// event i, given cur, the snapshot after event i-1 (the base cluster for
+// i = 0). It never modifies cur or its objects, which the syncer holds.
+type eventKind struct {
+	name string
+	next func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error)
+}
+
+// eventKinds returns the six kinds of event, checking that the base
+// cluster has enough objects for events of each.
+func eventKinds(c *cluster, events int) ([]eventKind, error) {
+	if len(c.remotePeers) == 0 {
+		return nil, errors.New("no pod on another node is a peer of a policy active on this node")
+	}
+	if len(c.remotePeers) < events {
+		return nil, fmt.Errorf("only %d pods on other nodes are peers of active policies, fewer than -events %d pod deletes", len(c.remotePeers), events)
+	}
+	if len(c.active) == 0 {
+		return nil, errors.New("no policy selects a pod of this node")
+	}
+	relabels, err := c.relabels(events)
+	if err != nil {
+		return nil, err
+	}
+	var editable []*networkingv1.NetworkPolicy
+	for _, np := range c.active {
+		if firstNumericPort(np) != nil {
+			editable = append(editable, np)
+		}
+	}
+	if len(editable) == 0 {
+		return nil, errors.New("no active policy has an ingress rule with a numeric port to edit")
+	}
+
+	return []eventKind{
+		{"pod add", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+			// A copy of a peer pod, under a new name and addresses, is
+			// selected by the same peer selectors.
+			p := c.remotePeers[i%len(c.remotePeers)].DeepCopy()
+			p.Name = fmt.Sprintf("added-%d", i)
+			v4, v6 := addedPodIPs(i)
+			p.Status.PodIP = v4.String()
+			p.Status.PodIPs = []corev1.PodIP{{IP: v4.String()}, {IP: v6.String()}}
+			pods, err := withInserted(cur.Pods, p)
+			next := *cur
+			next.Pods = pods
+			return &next, err
+		}},
+		{"pod delete", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+			gone := c.remotePeers[i]
+			pods, err := withDeleted(cur.Pods, gone.Namespace, gone.Name)
+			next := *cur
+			next.Pods = pods
+			return &next, err
+		}},
+		{"pod label change", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+			r := relabels[i]
+			pods, err := withEdited(cur.Pods, r.pod.Namespace, r.pod.Name, func(p *corev1.Pod) *corev1.Pod {
+				p = p.DeepCopy()
+				p.Labels[tierLabel] = r.tier
+				return p
+			})
+			next := *cur
+			next.Pods = pods
+			return &next, err
+		}},
+		{"namespace label change", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+			ns, err := c.reteam(cur, i)
+			if err != nil {
+				return nil, err
+			}
+			namespaces, err := withEdited(cur.Namespaces, "", ns.Name, func(*corev1.Namespace) *corev1.Namespace { return ns })
+			next := *cur
+			next.Namespaces = namespaces
+			return &next, err
+		}},
+		{"policy add", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+			// A copy of an active policy selects the same pods of this node.
+			np := c.active[i%len(c.active)].DeepCopy()
+			np.Name = fmt.Sprintf("added-%d", i)
+			policies, err := withInserted(cur.Policies, np)
+			next := *cur
+			next.Policies = policies
+			return &next, err
+		}},
+		{"policy edit", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+			// Editing a policy again later gives its port another value:
+			// every edit is a change.
+			edited := editable[i%len(editable)]
+			policies, err := withEdited(cur.Policies, edited.Namespace, edited.Name, func(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
+				np = np.DeepCopy()
+				*firstNumericPort(np) = intstr.FromInt32(int32(1024 + i%60000))
+				return np
+			})
+			next := *cur
+			next.Policies = policies
+			return &next, err
+		}},
+	}, nil
+}
+
+// addedPodIPs are the addresses of added pod i, outside the ranges
+// scale.Cluster numbers its pods from (10/8 and fd00::/104).
+func addedPodIPs(i int) (netip.Addr, netip.Addr) {
+	v4 := netip.AddrFrom4([4]byte{100, 64 | byte(i>>16)&0x3f, byte(i >> 8), byte(i)})
+	v6 := netip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 1, 12: byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
+	return v4, v6
+}
+
+// firstNumericPort returns the port of the first ingress rule's first
+// numeric single port, nil if there is none.
+func firstNumericPort(np *networkingv1.NetworkPolicy) *intstr.IntOrString {
+	if len(np.Spec.Ingress) == 0 {
+		return nil
+	}
+	for j, p := range np.Spec.Ingress[0].Ports {
+		if p.Port != nil && p.Port.Type == intstr.Int && p.EndPort == nil {
+			return np.Spec.Ingress[0].Ports[j].Port
+		}
+	}
+	return nil
+}
+
+// A cluster is what the events need to know of the base snapshot.
+type cluster struct {
+	base  *k8s.Snapshot
+	peers peerSelectors
+	// active are the policies that select a pod of this node, so their
+	// chains and peer sets are in the table.
+	active []*networkingv1.NetworkPolicy
+	// remote are the pods on other nodes (that take part in policy),
+	// remotePeers those of them that some peer selector of an active
+	// policy selects.
+	remote, remotePeers []*corev1.Pod
+	// The values of the labels peer selectors read, to relabel with.
+	tiers, teams []string
+}
+
+func newCluster(base *k8s.Snapshot) *cluster {
+	c := &cluster{base: base, tiers: labelValues(base.Pods, tierLabel), teams: labelValues(base.Namespaces, teamLabel)}
+	localByNS := map[string][]*corev1.Pod{}
+	for _, p := range base.Pods {
+		if p.Spec.NodeName == node && takesPart(p) {
+			localByNS[p.Namespace] = append(localByNS[p.Namespace], p)
+		}
+	}
+	for _, np := range base.Policies {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			continue
+		}
+		if slices.ContainsFunc(localByNS[np.Namespace], func(p *corev1.Pod) bool { return sel.Matches(labels.Set(p.Labels)) }) {
+			c.active = append(c.active, np)
+		}
+	}
+	c.peers = newPeerSelectors(c.active)
+	for _, ns := range base.Namespaces {
+		sels := c.peers.in(ns)
+		for _, p := range podsIn(base.Pods, ns.Name) {
+			if p.Spec.NodeName == node || !takesPart(p) {
+				continue
+			}
+			c.remote = append(c.remote, p)
+			if len(memberships(sels, p.Labels)) > 0 {
+				c.remotePeers = append(c.remotePeers, p)
+			}
+		}
+	}
+	return c
+}
+
+// takesPart reports whether the enforcer counts p: it has an address of
+// its own and is not finished.
+func takesPart(p *corev1.Pod) bool {
+	return !p.Spec.HostNetwork && len(p.Status.PodIPs) > 0 &&
+		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// podsIn returns the pods of namespace ns, a sub-slice of pods sorted by
+// namespace and name.
+func podsIn(pods []*corev1.Pod, ns string) []*corev1.Pod {
+	from, _ := slices.BinarySearchFunc(pods, ns, func(p *corev1.Pod, ns string) int { return strings.Compare(p.Namespace, ns) })
+	to, _ := slices.BinarySearchFunc(pods[from:], ns, func(p *corev1.Pod, ns string) int {
+		if p.Namespace == ns {
+			return -1 // past every pod of ns
+		}
+		return 1
+	})
+	return pods[from : from+to]
+}
+
+// A relabel is one pod label change: pod gets tier as its tier label.
+type relabel struct {
+	pod  *corev1.Pod
+	tier string
+}
+
+// relabels plans events pod label changes, each of another pod on another
+// node and each changing the peer sets the pod is in: even events take it
+// out of a peer set (out of every one, where few policies leave tiers
+// unselected), odd ones put it into one it was not in (where many policies
+// select every tier, while taking it out of another).
+func (c *cluster) relabels(events int) ([]relabel, error) {
+	used := map[*corev1.Pod]bool{}
+	// next finds, from *cursor on in c.remote, an unused pod and a tier
+	// that makes it leave a peer set (or enter one).
+	next := func(cursor *int, leave bool) (relabel, bool) {
+		for ; *cursor < len(c.remote); *cursor++ {
+			p := c.remote[*cursor]
+			if used[p] {
+				continue
+			}
+			sels := c.peers.in(c.namespace(p.Namespace))
+			before := memberships(sels, p.Labels)
+			for _, tier := range c.tiers {
+				after := memberships(sels, withLabel(p.Labels, tierLabel, tier))
+				if leave && !subset(before, after) || !leave && !subset(after, before) {
+					used[p] = true
+					return relabel{p, tier}, true
+				}
+			}
+		}
+		return relabel{}, false
+	}
+	var leaving, entering int // cursors
+	out := make([]relabel, 0, events)
+	for i := range events {
+		cursor, leave, what := &entering, false, "into"
+		if i%2 == 0 {
+			cursor, leave, what = &leaving, true, "out of"
+		}
+		r, ok := next(cursor, leave)
+		if !ok {
+			return nil, fmt.Errorf("pod label change #%d: no pod left whose %s label takes it %s a peer set; lower -events", i, tierLabel, what)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// subset reports whether every id of a (sorted) is in b (sorted).
+func subset(a, b []int) bool {
+	for _, id := range a {
+		if _, found := slices.BinarySearch(b, id); !found {
+			return false
+		}
+	}
+	return true
+}
+
+// reteam returns namespace event i: a copy of a namespace of cur with
+// another team label, one that moves some of its pods into or out of peer
+// sets. It starts from the (i mod n)th namespace, so events go round them.
+func (c *cluster) reteam(cur *k8s.Snapshot, i int) (*corev1.Namespace, error) {
+	teams := c.teams // sorted
+	for j := range cur.Namespaces {
+		ns := cur.Namespaces[(i+j)%len(cur.Namespaces)]
+		pods := podsIn(cur.Pods, ns.Name)
+		before := c.peers.in(ns)
+		// Try the other teams in turn, starting after the present one.
+		k := slices.Index(teams, ns.Labels[teamLabel])
+		for step := 1; step < len(teams); step++ {
+			changed := ns.DeepCopy()
+			changed.Labels = withLabel(ns.Labels, teamLabel, teams[(k+step+len(teams))%len(teams)])
+			after := c.peers.in(changed)
+			if slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
+				return !slices.Equal(memberships(before, p.Labels), memberships(after, p.Labels))
+			}) {
+				return changed, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no change of a namespace's %s label moves a pod into or out of a peer set", teamLabel)
+}
+
+func (c *cluster) namespace(name string) *corev1.Namespace {
+	i, _ := find(c.base.Namespaces, "", name)
+	return c.base.Namespaces[i]
+}
+
+// labelValues lists the values objs give label key, sorted, and one that
+// none of them has (an In selector selects no object with it).
+func labelValues[T metav1.Object](objs []T, key string) []string {
+	seen := map[string]bool{}
+	for _, o := range objs {
+		if v, ok := o.GetLabels()[key]; ok {
+			seen[v] = true
+		}
+	}
+	values := []string{key + "-unused"}
+	for v := range seen {
+		values = append(values, v)
+	}
+	slices.Sort(values)
+	return values
+}
+
+// withLabel returns a copy of the labels m with key set to value.
+func withLabel(m map[string]string, key, value string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	maps.Copy(out, m)
+	out[key] = value
+	return out
+}
+
+// peerSelectors are the from and to entries of the policies active on this
+// node, as pod selectors. The pods they select are the elements of the
+// table's peer sets: a pod that one selects coming, going or changing
+// labels changes the kernel.
+type peerSelectors struct {
+	// ownNamespace are the entries without a namespaceSelector, which
+	// select pods of the policy's own namespace, by that namespace.
+	ownNamespace map[string][]peerSelector
+	// anyNamespace select pods in the namespaces namespaces selects.
+	anyNamespace []peerSelector
+}
+
+type peerSelector struct {
+	id         int             // tells apart the sets a pod is in
+	namespaces labels.Selector // nil in ownNamespace
+	pods       labels.Selector
+}
+
+func newPeerSelectors(active []*networkingv1.NetworkPolicy) peerSelectors {
+	ps := peerSelectors{ownNamespace: map[string][]peerSelector{}}
+	// Many policies share a peer spelling (and the compiler shares its
+	// set): keep one selector per spelling.
+	ids := map[string]int{}
+	add := func(np *networkingv1.NetworkPolicy, peer networkingv1.NetworkPolicyPeer) {
+		if peer.PodSelector == nil && peer.NamespaceSelector == nil {
+			return // an ipBlock
+		}
+		pods := labels.Everything()
+		if peer.PodSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			if err != nil {
+				return
+			}
+			pods = sel
+		}
+		var namespaces labels.Selector
+		spelling := "own namespace " + np.Namespace
+		if peer.NamespaceSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+			if err != nil {
+				return
+			}
+			namespaces, spelling = sel, "namespaces "+sel.String()
+		}
+		spelling += ", pods " + pods.String()
+		if _, ok := ids[spelling]; ok {
+			return
+		}
+		ids[spelling] = len(ids)
+		sel := peerSelector{id: len(ids) - 1, namespaces: namespaces, pods: pods}
+		if namespaces == nil {
+			ps.ownNamespace[np.Namespace] = append(ps.ownNamespace[np.Namespace], sel)
+		} else {
+			ps.anyNamespace = append(ps.anyNamespace, sel)
+		}
+	}
+	for _, np := range active {
+		for _, rule := range np.Spec.Ingress {
+			for _, peer := range rule.From {
+				add(np, peer)
+			}
+		}
+		for _, rule := range np.Spec.Egress {
+			for _, peer := range rule.To {
+				add(np, peer)
+			}
+		}
+	}
+	return ps
+}
+
+// in returns the selectors that may select pods of namespace ns, ordered
+// by id.
+func (ps peerSelectors) in(ns *corev1.Namespace) []peerSelector {
+	// As the compiler does: the API server gives every namespace its name
+	// as a label.
+	nsLabels := labels.Set(withLabel(ns.Labels, corev1.LabelMetadataName, ns.Name))
+	sels := slices.Clone(ps.ownNamespace[ns.Name])
+	for _, sel := range ps.anyNamespace {
+		if sel.namespaces.Matches(nsLabels) {
+			sels = append(sels, sel)
+		}
+	}
+	slices.SortFunc(sels, func(a, b peerSelector) int { return cmp.Compare(a.id, b.id) })
+	return sels
+}
+
+// memberships returns the ids of the selectors of sels (from in) that
+// select a pod labelled podLabels: the peer sets it is in.
+func memberships(sels []peerSelector, podLabels map[string]string) []int {
+	var ids []int
+	for _, sel := range sels {
+		if sel.pods.Matches(labels.Set(podLabels)) {
+			ids = append(ids, sel.id)
+		}
+	}
+	return ids
+}
+
+// Snapshot lists are sorted by namespace and name; these helpers return
+// new lists, leaving the one given (which the syncer may hold) as it was.
+
+type named interface {
+	GetNamespace() string
+	GetName() string
+}
+
+// find returns where namespace/name is or would go in list.
+func find[T named](list []T, namespace, name string) (int, bool) {
+	return slices.BinarySearchFunc(list, [2]string{namespace, name}, func(o T, key [2]string) int {
+		return cmp.Or(cmp.Compare(o.GetNamespace(), key[0]), cmp.Compare(o.GetName(), key[1]))
+	})
+}
+
+// withInserted returns a copy of list with o at its sorted place.
+func withInserted[T named](list []T, o T) ([]T, error) {
+	i, found := find(list, o.GetNamespace(), o.GetName())
+	if found {
+		return nil, fmt.Errorf("%s/%s exists already", o.GetNamespace(), o.GetName())
+	}
+	out := make([]T, 0, len(list)+1)
+	out = append(out, list[:i]...)
+	out = append(out, o)
+	return append(out, list[i:]...), nil
+}
+
+// withDeleted returns a copy of list without namespace/name.
+func withDeleted[T named](list []T, namespace, name string) ([]T, error) {
+	i, found := find(list, namespace, name)
+	if !found {
+		return nil, fmt.Errorf("no %s/%s to delete", namespace, name)
+	}
+	out := make([]T, 0, len(list)-1)
+	out = append(out, list[:i]...)
+	return append(out, list[i+1:]...), nil
+}
+
+// withEdited returns a copy of list with namespace/name replaced by what
+// edit returns for it; edit must return a new object, not modify it.
+func withEdited[T named](list []T, namespace, name string, edit func(T) T) ([]T, error) {
+	i, found := find(list, namespace, name)
+	if !found {
+		return nil, fmt.Errorf("no %s/%s to edit", namespace, name)
+	}
+	out := slices.Clone(list)
+	out[i] = edit(list[i])
+	return out, nil
 }
