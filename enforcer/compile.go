@@ -202,7 +202,7 @@ type changes struct {
 // for, as the function Compile would build it.
 func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Problem) {
 	c.gen++
-	c.touched = touched{chains: map[string]*nft.Chain{}, sets: map[string]*nft.Set{}}
+	c.touched = touched{chains: map[string]*nft.Chain{}, sets: map[string]*nft.Set{}, patches: map[*nft.Set]nft.SetUpdate{}}
 	ch := &changes{
 		pods:       map[string][]podChange{},
 		targetsNS:  map[string]bool{},

@@ -14,6 +14,9 @@ import (
 type touched struct {
 	chains map[string]*nft.Chain
 	sets   map[string]*nft.Set
+	// patches are exact element changes, keyed by the set they apply to,
+	// for sets too large to compare whole on every event.
+	patches map[*nft.Set]nft.SetUpdate
 }
 
 func (c *Compiler) touchChain(name string) {
@@ -92,6 +95,8 @@ func (c *Compiler) Delta() *nft.Delta {
 			d.AddSets = append(d.AddSets, after)
 		case after == nil:
 			d.DeleteSets = append(d.DeleteSets, name)
+		case c.touched.patches[before].New == after && after != nil:
+			d.UpdateSets = append(d.UpdateSets, c.touched.patches[before])
 		case before.Key != after.Key || before.Interval != after.Interval || before.Verdict != after.Verdict || before.Comment != after.Comment:
 			return &nft.Delta{Full: true, Reason: "set " + name + " changed its type, flags or comment"}
 		case !slices.Equal(before.Elements, after.Elements):

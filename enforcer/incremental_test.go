@@ -42,8 +42,18 @@ func TestIncrementalMatchesFull(t *testing.T) {
 					t.Fatalf("step %d (%s): problems differ (-full +incremental):\n%s", step, event, diff)
 				}
 				if prev != nil {
-					if diff := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(inc.Delta())); diff != "" {
+					delta := inc.Delta()
+					if diff := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(delta)); diff != "" {
 						t.Fatalf("step %d (%s): Delta differs from nft.Diff (-Diff +Delta):\n%s", step, event, diff)
+					}
+					for _, u := range delta.UpdateSets {
+						if !u.Exact {
+							continue
+						}
+						removed, added := elementDiff(u.Old.Elements, u.New.Elements)
+						if !sameElements(u.Removed, removed) || !sameElements(u.Added, added) {
+							t.Fatalf("step %d (%s): set %s: exact update +%v -%v, the sets differ by +%v -%v", step, event, u.New.Name, u.Added, u.Removed, added, removed)
+						}
 					}
 				}
 				prev = got
@@ -134,6 +144,25 @@ func deltaNames(d *nft.Delta) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// elementDiff returns what old has and new has not, and the reverse.
+func elementDiff(old, new []nft.Element) (removed, added []nft.Element) {
+	for _, e := range old {
+		if !slices.Contains(new, e) {
+			removed = append(removed, e)
+		}
+	}
+	for _, e := range new {
+		if !slices.Contains(old, e) {
+			added = append(added, e)
+		}
+	}
+	return removed, added
+}
+
+func sameElements(a, b []nft.Element) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(e nft.Element) bool { return !slices.Contains(b, e) })
 }
 
 func problemStrings(ps []Problem) []string {

@@ -395,31 +395,45 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 				}
 			}
 		}
-		if len(gone)+len(came) == 0 {
-			continue
+		// An element can leave with one pod and come back with another.
+		inBoth := map[nft.Element]bool{}
+		for _, el := range came {
+			if slices.Contains(gone, el) {
+				inBoth[el] = true
+			}
 		}
 		for _, f := range families {
-			old := e.sets[f].Elements
-			elems := slices.Clone(old)
+			var removed, added []nft.Element
 			for _, el := range gone {
-				if nft.FamilyOf(el.Addr) == f {
-					if i, ok := slices.BinarySearchFunc(elems, el, compareElements); ok {
-						elems = slices.Delete(elems, i, i+1)
-					}
+				if nft.FamilyOf(el.Addr) == f && !inBoth[el] {
+					removed = append(removed, el)
 				}
 			}
 			for _, el := range came {
-				if nft.FamilyOf(el.Addr) == f {
-					if i, ok := slices.BinarySearchFunc(elems, el, compareElements); !ok {
-						elems = slices.Insert(elems, i, el)
-					}
+				if nft.FamilyOf(el.Addr) == f && !inBoth[el] {
+					added = append(added, el)
 				}
 			}
-			if slices.Equal(old, elems) {
+			if len(removed)+len(added) == 0 {
 				continue
+			}
+			before := e.sets[f]
+			elems := slices.Clone(before.Elements)
+			for _, el := range removed {
+				if i, ok := slices.BinarySearchFunc(elems, el, compareElements); ok {
+					elems = slices.Delete(elems, i, i+1)
+				}
+			}
+			for _, el := range added {
+				if i, ok := slices.BinarySearchFunc(elems, el, compareElements); !ok {
+					elems = slices.Insert(elems, i, el)
+				}
 			}
 			e.sets[f] = e.newSet(f, elems)
 			c.putSet(e.sets[f])
+			// The delta can say exactly what changed, without comparing
+			// two sets of every pod in the cluster.
+			c.touched.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true, Added: added, Removed: removed}
 		}
 	}
 }

@@ -24,8 +24,14 @@ type Delta struct {
 }
 
 // A SetUpdate pairs the programmed and the desired version of a set whose
-// elements differ.
-type SetUpdate struct{ Old, New *Set }
+// elements differ. When Exact is set, Added and Removed are exactly the
+// elements New has and Old has not, and the reverse, and the applier writes
+// them without comparing the two sets; otherwise it compares them.
+type SetUpdate struct {
+	Old, New       *Set
+	Exact          bool
+	Added, Removed []Element
+}
 
 // Empty reports whether the delta changes nothing.
 func (d *Delta) Empty() bool {

@@ -281,7 +281,7 @@ func (b *writer) writeDelta(d *Delta, new *Table) error {
 		}
 	}
 	for _, u := range d.UpdateSets {
-		if err := b.updateElements(u.Old, u.New); err != nil {
+		if err := b.updateElements(u); err != nil {
 			return fmt.Errorf("set %s: %w", u.New.Name, err)
 		}
 	}
@@ -413,27 +413,26 @@ func (b *writer) addSet(s *Set) error {
 // versions of a set. Diffing the encoded form handles interval sets
 // exactly: a range is a start and an end element, and the leading end
 // element at the zero address comes and goes with the first range.
-func (b *writer) updateElements(old, new *Set) error {
-	del, add, err := elementDelta(old, new)
+func (b *writer) updateElements(u SetUpdate) error {
+	gone, came := u.Removed, u.Added
+	if !u.Exact {
+		gone, came = diffElements(u.Old, u.New)
+	}
+	del, add, err := elementDelta(u.Old, u.New, gone, came)
 	if err != nil {
 		return err
 	}
-	ns := b.sets[new.Name]
+	ns := b.sets[u.New.Name]
 	if err := b.elements(ns, del, false); err != nil {
 		return err
 	}
 	return b.elements(ns, add, true)
 }
 
-// elementDelta encodes the elements to delete from and add to a set to go
-// from old to new. It compares model elements, so its cost follows the
-// size of the sets but never encodes what stays.
-//
-// Intervals are replaced whole: a range that grows or splits is deleted and
-// its new ranges added, both start and end elements, in the same batch. A
-// finer diff of the encoded boundaries (adding an end element inside a live
-// range) is refused by the kernel's overlap check with EEXIST.
-func elementDelta(old, new *Set) (del, add []nftables.SetElement, err error) {
+// diffElements returns the elements old has and new has not, and the
+// reverse. It compares model elements: its cost follows the size of the
+// sets, but it never encodes what stays.
+func diffElements(old, new *Set) (gone, came []Element) {
 	had := make(map[Element]bool, len(old.Elements))
 	for _, e := range old.Elements {
 		had[e] = true
@@ -442,7 +441,6 @@ func elementDelta(old, new *Set) (del, add []nftables.SetElement, err error) {
 	for _, e := range new.Elements {
 		has[e] = true
 	}
-	var gone, came []Element
 	for _, e := range old.Elements {
 		if !has[e] {
 			gone = append(gone, e)
@@ -453,6 +451,17 @@ func elementDelta(old, new *Set) (del, add []nftables.SetElement, err error) {
 			came = append(came, e)
 		}
 	}
+	return gone, came
+}
+
+// elementDelta encodes the elements gone from and come to a set between
+// old and new: what to delete from it and add to it.
+//
+// Intervals are replaced whole: a range that grows or splits is deleted and
+// its new ranges added, both start and end elements, in the same batch. A
+// finer diff of the encoded boundaries (adding an end element inside a live
+// range) is refused by the kernel's overlap check with EEXIST.
+func elementDelta(old, new *Set, gone, came []Element) (del, add []nftables.SetElement, err error) {
 	if del, err = encodeList(old, gone); err != nil {
 		return nil, nil, err
 	}
