@@ -3,8 +3,13 @@
 # ratios against a baseline measured in the same run (these machines are
 # shared and noisy). Needs root for the kernel parts.
 #
-#   make bench                 # compiler benchmarks and full-program table
+#   make bench                 # everything below; ~30 min on 2 cores
 #   SCALES="100x100x10" make bench   # namespaces x pods-per-ns x policies-per-ns
+#
+# Sections and their knobs: SKIP_GO_BENCH (go test -bench), SCALES and
+# ROUNDS (full program vs nft -f), SKIP_RSS and RSS_SCALES (daemon memory),
+# SKIP_PPS, PPS_ROUNDS, PPS_SECONDS (per-NEW-packet cost), SKIP_EVENTS and
+# EVENTS (event -> kernel at 1k and 10k policies).
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 hack/deps.sh
@@ -32,7 +37,7 @@ echo
 echo "== full program from empty: nftpolicy apply vs nft -f of the same ruleset"
 echo "   (apply includes reading the manifests and compiling; 1 warm-up + ${ROUNDS:-3} interleaved rounds, medians)"
 printf '%-28s %10s %10s %10s %12s %12s %8s\n' scale elements apply_s nft_f_s apply_rss_MB nft_rss_MB speedup
-for s in ${SCALES:-100x100x10 100x1000x10}; do
+for s in ${SCALES:-100x100x10 100x100x100 100x1000x10 100x1000x100}; do
 	IFS=x read -r nss pods pols <<<"$s"
 	dir="$work/m-$s"
 	"$work/gen" -namespaces "$nss" -pods "$pods" -policies "$pols" -local 110 -node node-1 -out "$dir"
@@ -52,6 +57,32 @@ for s in ${SCALES:-100x100x10 100x1000x10}; do
 	printf '%-28s %10s %10s %10s %12d %12d %7.1fx\n' "$((nss*pols)) pol / $((nss*pods)) pods" "$elements" "$at" "$nt" "$((am/1024))" "$((nm/1024))" "$(echo "$nt / $at" | bc -l)"
 done
 
+if [ -z "${SKIP_RSS:-}" ]; then
+	echo
+	echo "== daemon memory: nftpolicy run on the manifests, after its first sync (VmRSS) and at its peak (VmHWM)"
+	printf '%-28s %12s %12s %14s\n' scale first_sync_s rss_MB peak_rss_MB
+	for s in ${RSS_SCALES:-100x100x100 100x1000x100}; do
+		IFS=x read -r nss pods pols <<<"$s"
+		dir="$work/m-$s"
+		[ -d "$dir" ] || "$work/gen" -namespaces "$nss" -pods "$pods" -policies "$pols" -local 110 -node node-1 -out "$dir"
+		ip netns add nftbench-rss
+		start=$(date +%s.%N)
+		"$work/nftpolicy" run --manifests "$dir" --node node-1 --netns nftbench-rss --drift-check 0 2>"$work/rss.log" &
+		pid=$!
+		until grep -q 'programmed table' "$work/rss.log"; do
+			kill -0 "$pid" 2>/dev/null || { cat "$work/rss.log" >&2; exit 1; }
+			sleep 0.2
+		done
+		took=$(echo "$(date +%s.%N) - $start" | bc -l)
+		sleep 5 # the daemon hands the first sync's memory back (releaseAfterFirstSync)
+		rss=$(awk '/^VmRSS/{print $2}' "/proc/$pid/status")
+		hwm=$(awk '/^VmHWM/{print $2}' "/proc/$pid/status")
+		kill "$pid"; wait "$pid" || true
+		ip netns del nftbench-rss
+		printf '%-28s %12.1f %12d %14d\n' "$((nss*pols)) pol / $((nss*pods)) pods" "$took" "$((rss/1024))" "$((hwm/1024))"
+	done
+fi
+
 if [ -z "${SKIP_PPS:-}" ]; then
 	echo
 	echo "== per-NEW-packet cost"
@@ -62,5 +93,5 @@ if [ -z "${SKIP_EVENTS:-}" ]; then
 	echo
 	echo "== event -> kernel"
 	go run ./hack/bench/events -policies 10 -events "${EVENTS:-200}"
-	go run ./hack/bench/events -policies 100 -events "${EVENTS_10K:-40}"
+	go run ./hack/bench/events -policies 100 -events "${EVENTS:-200}"
 fi
