@@ -2,11 +2,9 @@ package enforcer
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
@@ -40,20 +38,12 @@ func BenchmarkKernelApply(b *testing.B) {
 }
 
 // BenchmarkKernelEvent is the event → kernel time of the syncer, debounce
-// excluded: one pod label change, compiled in full and written as a delta,
-// alternating between two snapshots. Needs root.
+// excluded: one pod label change, compiled incrementally and written as a
+// delta, alternating between two snapshots. Needs root.
 // Run: go test -run '^$' -bench KernelEvent -benchtime 20x ./enforcer/
 func BenchmarkKernelEvent(b *testing.B) {
 	for _, sc := range []struct{ namespaces, policies int }{{100, 10}, {100, 100}} {
-		snap := scale.Cluster(sc.namespaces, 100, sc.policies, 100, testNode, false)
-		changed := *snap
-		changed.Pods = slices.Clone(snap.Pods)
-		// ns-0/pod-3 leaves tier-0, which team-0 policies allow: it leaves
-		// peer sets, as in TestKernelLabelChangeIsSmallBatch.
-		i := slices.IndexFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
-		p := snap.Pods[i].DeepCopy()
-		p.Labels["tier"] = "tier-1"
-		changed.Pods[i] = p
+		snap, changed := labelChange(sc.namespaces, sc.policies)
 		b.Run(fmt.Sprintf("policies=%d/pods=%d/pod-label", sc.namespaces*sc.policies, sc.namespaces*100), func(b *testing.B) {
 			ns := testns.New(b, "nftbench")
 			conn, err := nft.Open(ns)
@@ -65,7 +55,7 @@ func BenchmarkKernelEvent(b *testing.B) {
 			if _, err := s.Sync(snap); err != nil {
 				b.Fatal(err)
 			}
-			snaps := []*k8s.Snapshot{&changed, snap}
+			snaps := []*k8s.Snapshot{changed, snap}
 			i := 0
 			for b.Loop() {
 				res, err := s.Sync(snaps[i%2])

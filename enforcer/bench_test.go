@@ -53,16 +53,8 @@ func BenchmarkCompile(b *testing.B) {
 // Run: go test -run '^$' -bench CompileEvent -benchmem ./enforcer/
 func BenchmarkCompileEvent(b *testing.B) {
 	for _, policiesPerNS := range []int{10, 100} {
-		snap := scale.Cluster(100, 100, policiesPerNS, 100, testNode, false)
-		changed := *snap
-		changed.Pods = slices.Clone(snap.Pods)
-		// ns-0/pod-3 leaves tier-0, which team-0 policies allow: it leaves
-		// peer sets, as in TestKernelLabelChangeIsSmallBatch.
-		i := slices.IndexFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
-		p := snap.Pods[i].DeepCopy()
-		p.Labels["tier"] = "tier-1"
-		changed.Pods[i] = p
-		snaps := []*k8s.Snapshot{&changed, snap}
+		snap, changed := labelChange(100, policiesPerNS)
+		snaps := []*k8s.Snapshot{changed, snap}
 		b.Run(fmt.Sprintf("policies=%d/pods=10000/pod-label", 100*policiesPerNS), func(b *testing.B) {
 			c := NewCompiler(Options{Node: testNode})
 			c.Compile(snap, DefaultPriority)
@@ -77,4 +69,18 @@ func BenchmarkCompileEvent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// labelChange returns a synthetic cluster of 100 pods per namespace and the
+// same cluster after one pod label change that moves a pod out of peer
+// sets: ns-0/pod-3 leaves tier-0, which team-0 policies allow.
+func labelChange(namespaces, policiesPerNS int) (base, changed *k8s.Snapshot) {
+	base = scale.Cluster(namespaces, 100, policiesPerNS, 100, testNode, false)
+	next := *base
+	next.Pods = slices.Clone(base.Pods)
+	i := slices.IndexFunc(base.Pods, func(p *corev1.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
+	p := base.Pods[i].DeepCopy()
+	p.Labels["tier"] = "tier-1"
+	next.Pods[i] = p
+	return base, &next
 }
