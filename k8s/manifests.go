@@ -10,7 +10,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -190,9 +193,11 @@ func (l *loader) loadFile(name string, data []byte) {
 		return
 	}
 	doc := 0
-	for _, d := range splitYAML(data) {
+	docs := splitYAML(data)
+	converted := toJSON(docs)
+	for i, d := range docs {
 		loc := docLoc{file: name, doc: doc, item: -1}
-		j, err := yaml.YAMLToJSONStrict(d.data)
+		j, err := converted(i)
 		if err != nil {
 			// The strict conversion also fails on duplicate keys. If the
 			// lenient one works, that was the problem, and the header can
@@ -214,6 +219,40 @@ func (l *loader) loadFile(name string, data []byte) {
 		}
 		l.loadDocument(loc, j)
 		doc++
+	}
+}
+
+// toJSON converts YAML documents to JSON on every CPU, a chunk at a time,
+// and returns them in order through at(i), to be called with i = 0, 1, …
+// Converting is most of the cost of reading manifests (yaml.v2 parses
+// each document into a generic tree first), and documents are
+// independent; chunks bound the JSON held at once.
+func toJSON(docs []yamlDoc) (at func(i int) ([]byte, error)) {
+	const chunk = 256
+	type result struct {
+		json []byte
+		err  error
+	}
+	results := make([]result, min(chunk, len(docs)))
+	base := -1
+	return func(i int) ([]byte, error) {
+		if base < 0 || i >= base+chunk {
+			base = i - i%chunk
+			n := min(chunk, len(docs)-base)
+			var wg sync.WaitGroup
+			next := atomic.Int64{}
+			for range min(goruntime.GOMAXPROCS(0), n) {
+				wg.Go(func() {
+					for k := int(next.Add(1)) - 1; k < n; k = int(next.Add(1)) - 1 {
+						j, err := yaml.YAMLToJSONStrict(docs[base+k].data)
+						results[k] = result{j, err}
+					}
+				})
+			}
+			wg.Wait()
+		}
+		r := results[i-base]
+		return r.json, r.err
 	}
 }
 
