@@ -8,6 +8,13 @@
 // there and is tested with the packet tracer (nft.Trace) and golden files,
 // without a kernel.
 //
+// Compile is a Compiler used once. The daemon keeps one Compiler, which
+// remembers what it derived from the previous snapshot and recomputes only
+// what the changed objects can touch; it returns the same table as Compile
+// (checked after every step of random event sequences) and the delta from
+// its previous table (Compiler.Delta), so an event costs what it changed,
+// not what the cluster holds.
+//
 // # Layout
 //
 // One inet table holds IPv4 and IPv6. Its base chain filter-forward runs on
@@ -30,9 +37,19 @@
 // direction's rules can never satisfy the other direction's check.
 //
 // Chains are static per policy and per pod; what churns is set content:
-// peer sets (interval sets holding pod IPs and ipBlock cidr minus except),
-// named-port sets (address . protocol . port, resolved per destination pod)
-// and the dispatch maps.
+// peer sets (interval sets holding pod IPs and ipBlock cidr minus except,
+// one per distinct peer list), named-port sets (address . protocol . port
+// of the pods serving a port name: this node's pods for ingress, every pod
+// for egress, one set per name and protocol) and the dispatch maps.
+//
+// # Syncing
+//
+// The Syncer writes the first table whole, then each change as one delta
+// batch (new and rewritten chains, added and removed elements) checked
+// against the ruleset generation of its previous commit: if another
+// process committed meanwhile, the kernel refuses the batch and the syncer
+// reads the table back before it retries the delta or rewrites the table.
+// Run debounces snapshots (Timing) and checks for drift periodically.
 //
 // # Marks
 //
@@ -47,6 +64,7 @@
 //
 // Traffic between a pod and its own node goes through the input and output
 // hooks, never forward, so it is always allowed. A pod reaching itself
-// stays in its own namespace, except when hairpinned through a Service: the
-// pod chains return early when the peer is the pod itself.
+// stays in its own namespace, except when hairpinned through a Service: a
+// pod chain returns for its own address after its policies (so allowed
+// connections do not pay for the check) and before its drop.
 package enforcer

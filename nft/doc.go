@@ -23,5 +23,13 @@
 // transaction, so packets see the old table or the new one, never a mix,
 // and a refused batch leaves the old table in place.
 //
+// Conn.UpdateAt and Conn.WriteDeltaAt write only a Delta (see Diff): added,
+// rewritten and deleted chains and sets, added and removed elements. The
+// *At forms carry the ruleset generation the caller last verified, and the
+// kernel refuses the batch (ErrGenerationChanged) if anyone committed since.
+// Batches go as nft sends them, without an ack or echo per message; the
+// generation the kernel echoes for the batch confirms the commit and is
+// returned in BatchStats.
+//
 // The netlink side is Linux only; elsewhere Open returns ErrUnsupported.
 package nft
