@@ -31,14 +31,16 @@ type Syncer struct {
 	compiled *nft.Table // what compiler returned last
 
 	mu           sync.Mutex
-	generation   uint64     // successful syncs so far
-	lastErr      error      // of the most recent sync
-	last         *nft.Table // as last programmed; nil before the first sync or after a failure
-	gen          uint32     // ruleset generation at which last was verified; 0 unknown
-	repairs      uint64     // drift found and repaired
-	conflicts    uint64     // deltas refused because someone else committed
-	prio         int32      // resolved forward priority
-	prioResolved bool       // prio is current; cleared by CheckDrift
+	generation   uint64       // successful syncs so far
+	lastErr      error        // of the most recent sync
+	last         *nft.Table   // as last programmed; nil before the first sync or after a failure
+	gen          uint32       // ruleset generation at which last was verified; 0 unknown
+	repairs      uint64       // drift found and repaired
+	conflicts    uint64       // deltas refused because someone else committed
+	readBacks    uint64       // conflicts the monitor could not settle: table read back
+	monitor      *nft.Monitor // commits by others, while Run runs
+	prio         int32        // resolved forward priority
+	prioResolved bool         // prio is current; cleared by CheckDrift
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
@@ -149,11 +151,17 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 // that someone else committed meanwhile, before it replaces the table.
 const maxConflicts = 3
 
+// monitorWait bounds the wait for the commit monitor to have read the
+// notifications of the generation a refused delta found.
+const monitorWait = 100 * time.Millisecond
+
 // write brings the kernel from the table last programmed to table: a delta
 // batch checked against the generation of our last commit, or the whole
 // table when nothing is known to be programmed. When the kernel refuses the
 // delta because someone committed since (any table of the netns counts),
-// our table is read back: unchanged, the delta is retried against the new
+// the commit monitor (see Run) says whether those commits touched our
+// table; if they did, or it cannot tell, our table is read back (seconds at
+// 10k policies): unchanged, the delta is retried against the new
 // generation; changed, the whole table is rewritten and the repair counted.
 //
 // When the kernel holds the table compiled before this one (the usual
@@ -186,11 +194,19 @@ func (s *Syncer) write(prev, table *nft.Table) (nft.BatchStats, error) {
 		}
 		s.mu.Lock()
 		s.conflicts++
+		monitor := s.monitor
 		s.mu.Unlock()
+		since := gen
 		if gen, err = s.conn.Generation(); err != nil {
 			s.programmed(nil, 0)
 			return nft.BatchStats{}, err
 		}
+		if monitor != nil && monitor.Untouched(since, gen, monitorWait) {
+			continue // only other tables changed: the delta still holds
+		}
+		s.mu.Lock()
+		s.readBacks++
+		s.mu.Unlock()
 		drift, err := s.conn.Drift(last)
 		if err != nil {
 			s.programmed(nil, 0)
@@ -271,6 +287,14 @@ func (s *Syncer) Conflicts() uint64 {
 	return s.conflicts
 }
 
+// ReadBacks counts the conflicts that needed our table read back because
+// the commit monitor could not tell that only other tables had changed.
+func (s *Syncer) ReadBacks() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readBacks
+}
+
 // Repairs counts the drift repairs so far.
 func (s *Syncer) Repairs() uint64 {
 	s.mu.Lock()
@@ -294,6 +318,37 @@ func (s *Syncer) Status() (generation uint64, lastErr error) {
 	return s.generation, s.lastErr
 }
 
+// WatchCommits starts following the commits of the netns (nft.Monitor), so
+// that a delta refused because another process committed is retried
+// without reading our table back when only other tables changed. Run calls
+// it after its first sync; without it (or if it fails) every such conflict
+// reads the table.
+func (s *Syncer) WatchCommits() {
+	m, err := s.conn.Monitor(s.opts.Table)
+	if err != nil {
+		s.log.Warn("cannot follow the commits of other processes; each of their commits will cost a read of our table", zap.Error(err))
+		return
+	}
+	s.mu.Lock()
+	old := s.monitor
+	s.monitor = m
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// StopWatchingCommits stops what WatchCommits started.
+func (s *Syncer) StopWatchingCommits() {
+	s.mu.Lock()
+	m := s.monitor
+	s.monitor = nil
+	s.mu.Unlock()
+	if m != nil {
+		m.Close()
+	}
+}
+
 // Timing configures Run.
 type Timing struct {
 	// Debounce is how long Run waits after a change for more changes.
@@ -312,6 +367,11 @@ type Timing struct {
 // retried with the newest snapshot. Run returns when ctx is done and leaves
 // the table programmed.
 func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing) {
+	// Commits are followed from the end of the first sync: a listener makes
+	// the kernel build a notification per object of every commit, and for
+	// the first, whole table that is a second at 10k policies.
+	watching := false
+	defer s.StopWatchingCommits()
 	var (
 		pending  *k8s.Snapshot
 		deadline time.Time // of the current burst
@@ -349,6 +409,10 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 				continue
 			}
 			pending = nil
+			if !watching {
+				s.WatchCommits()
+				watching = true
+			}
 		case <-drift:
 			if _, err := s.CheckDrift(); err != nil {
 				s.log.Error("drift check failed", zap.Error(err))

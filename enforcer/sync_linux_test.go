@@ -102,7 +102,8 @@ func TestKernelDriftIsRepaired(t *testing.T) {
 
 // A commit by someone else between two syncs makes the kernel refuse the
 // delta (its generation check); the syncer reads the table back and, as
-// only another table changed, retries the same delta.
+// only another table changed, retries the same delta. With the commit
+// monitor on, it knows that without the read.
 func TestKernelOtherCommitRetriesDelta(t *testing.T) {
 	s, ns := newTestSyncer(t)
 	snap := cluster(policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))))
@@ -120,8 +121,33 @@ func TestKernelOtherCommitRetriesDelta(t *testing.T) {
 	if res.Batch.Full || res.Batch.ElementsDeleted == 0 {
 		t.Errorf("after another table's commit: batch %+v, want the delta", res.Batch)
 	}
-	if s.Conflicts() != 1 || s.Repairs() != 0 {
-		t.Errorf("conflicts %d, repairs %d; want 1, 0", s.Conflicts(), s.Repairs())
+	if s.Conflicts() != 1 || s.Repairs() != 0 || s.ReadBacks() != 1 {
+		t.Errorf("conflicts %d, repairs %d, read-backs %d; want 1, 0, 1", s.Conflicts(), s.Repairs(), s.ReadBacks())
+	}
+	assertProgrammed(t, s, ns, res.Table)
+
+	// Following commits (as Run does), the next conflict of that kind is
+	// settled without reading our table back.
+	s.WatchCommits()
+	defer s.StopWatchingCommits()
+	testns.Nft(t, ns, "", "add", "table", "inet", "someone-else-again")
+	res, err = s.Sync(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Batch.Full || s.Conflicts() != 2 || s.ReadBacks() != 1 {
+		t.Errorf("with the monitor: batch %+v, conflicts %d, read-backs %d; want a delta, 2, 1", res.Batch, s.Conflicts(), s.ReadBacks())
+	}
+	assertProgrammed(t, s, ns, res.Table)
+
+	// A change to our own table is still read back and repaired.
+	testns.Nft(t, ns, "", "flush", "map", "inet", "nftpolicy", "ingress-pods-v4")
+	res, err = s.Sync(&changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Batch.Full || s.ReadBacks() != 2 || s.Repairs() != 1 {
+		t.Errorf("with the monitor, our map flushed: batch %+v, read-backs %d, repairs %d; want full, 2, 1", res.Batch, s.ReadBacks(), s.Repairs())
 	}
 	assertProgrammed(t, s, ns, res.Table)
 }

@@ -5,6 +5,7 @@ package nft
 import (
 	"fmt"
 	"runtime"
+	"time"
 )
 
 // ErrUnsupported is returned by every kernel operation off Linux: nf_tables
@@ -53,3 +54,15 @@ func (c *Conn) Drift(t *Table) (string, error) { return "", ErrUnsupported }
 
 // ReadTable fails off Linux.
 func (c *Conn) ReadTable(name string) (*TableState, error) { return nil, ErrUnsupported }
+
+// A Monitor follows commits; off Linux there are none.
+type Monitor struct{}
+
+// Monitor fails off Linux.
+func (c *Conn) Monitor(table string) (*Monitor, error) { return nil, ErrUnsupported }
+
+// Close does nothing off Linux.
+func (m *Monitor) Close() error { return nil }
+
+// Untouched cannot tell off Linux.
+func (m *Monitor) Untouched(since, upto uint32, wait time.Duration) bool { return false }
