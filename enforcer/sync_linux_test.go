@@ -190,3 +190,34 @@ func assertProgrammed(t *testing.T, s *Syncer, ns string, table *nft.Table) {
 		t.Errorf("kernel differs from nft -f of the table:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// With the commit monitor, a drift check reads our table back only when
+// another process committed to it since it was last verified.
+func TestKernelDriftCheckWithMonitor(t *testing.T) {
+	s, ns := newTestSyncer(t)
+	if _, err := s.Sync(cluster(policy("x", "deny", denyIngress))); err != nil {
+		t.Fatal(err)
+	}
+	s.WatchCommits()
+	defer s.StopWatchingCommits()
+	// The monitor started at our commit's generation: it sees everything
+	// after it, so no check needs a read until our table is touched.
+	if repaired, err := s.CheckDrift(); err != nil || repaired || s.ReadBacks() != 0 {
+		t.Fatalf("first check: repaired %v, %v, read-backs %d; want false, nil, 0", repaired, err, s.ReadBacks())
+	}
+	testns.Nft(t, ns, "", "add", "table", "inet", "someone-else")
+	if repaired, err := s.CheckDrift(); err != nil || repaired || s.ReadBacks() != 0 {
+		t.Fatalf("after another table's commit: repaired %v, %v, read-backs %d; want false, nil, 0", repaired, err, s.ReadBacks())
+	}
+	testns.Nft(t, ns, "", "flush", "map", "inet", "nftpolicy", "ingress-pods-v4")
+	if repaired, err := s.CheckDrift(); err != nil || !repaired || s.ReadBacks() != 1 || s.Repairs() != 1 {
+		t.Fatalf("after our map was flushed: repaired %v, %v, read-backs %d, repairs %d; want true, nil, 1, 1", repaired, err, s.ReadBacks(), s.Repairs())
+	}
+	if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, "10.0.1.1 : jump ingress-pod-") {
+		t.Errorf("the map was not repaired:\n%s", listing)
+	}
+	// Our own repair is not someone else's change.
+	if repaired, err := s.CheckDrift(); err != nil || repaired || s.ReadBacks() != 1 {
+		t.Fatalf("after our repair: repaired %v, %v, read-backs %d; want false, nil, 1", repaired, err, s.ReadBacks())
+	}
+}
