@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -89,24 +90,25 @@ func Compile(snap *k8s.Snapshot, opts Options) (*nft.Table, []Problem) {
 // Compile returns for the same snapshot (TestIncrementalMatchesFull checks
 // it after random event sequences).
 //
-// Objects are compared by pointer first, then by the fields policy reads,
-// so a source that hands out the same object for what did not change (the
-// informer source does) costs a map lookup per object.
+// Objects are compared by pointer first (walkChanges), then by the fields
+// policy reads, so a source that hands out the same object for what did
+// not change (the informer source does) costs a pointer comparison per
+// object.
 //
 // A Compiler is not safe for concurrent use. The tables it returns are
 // immutable: later calls never modify them.
 type Compiler struct {
 	opts Options
 	bit  uint32
-	gen  uint64 // calls so far: marks what was seen or computed in this one
+	gen  uint64 // calls so far: marks what a call created
 
 	// The snapshot lists last walked (see walkChanges).
 	nsList     []*corev1.Namespace
 	podList    []*corev1.Pod
 	policyList []*networkingv1.NetworkPolicy
 
-	namespaces  map[string]*nsEntry
-	pods        map[objKey]*podEntry
+	namespaces  map[string]labels.Set // with the name label the API server always sets
+	pods        map[objKey]*pod       // the pods that take part in policy
 	podProblems map[objKey][]Problem
 	byNS        map[string][]*pod // participating pods by namespace, sorted by name
 	nsNames     []string          // namespaces with participating pods, sorted
@@ -168,8 +170,8 @@ func NewCompiler(opts Options) *Compiler {
 	return &Compiler{
 		opts:           opts,
 		bit:            allowBit(opts.MarkMask),
-		namespaces:     map[string]*nsEntry{},
-		pods:           map[objKey]*podEntry{},
+		namespaces:     map[string]labels.Set{},
+		pods:           map[objKey]*pod{},
 		podProblems:    map[objKey][]Problem{},
 		byNS:           map[string][]*pod{},
 		localByNS:      map[string][]*pod{},
@@ -193,7 +195,7 @@ type changes struct {
 	targetsNS  map[string]bool // namespaces whose policies must re-select targets
 	podChainNS map[string]bool // namespaces whose pod chains must be rebuilt
 	policies   []*policyState  // added or changed: targets to select
-	goneLocal  []objKey        // local pods gone or changed: drop their chains first
+	goneLocal  []objKey        // pods no longer local and taking part: drop their chains
 	dispatch   bool            // some pod chain appeared, went or changed address
 }
 

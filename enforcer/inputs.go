@@ -14,11 +14,6 @@ import (
 // This file keeps the compiler's view of namespaces and pods in step with
 // each snapshot and records what changed.
 
-type nsEntry struct {
-	obj    *corev1.Namespace
-	labels labels.Set // with the name label the API server always sets
-}
-
 // An nsChange is a namespace whose labels changed (or that appeared or went).
 type nsChange struct {
 	name     string
@@ -28,8 +23,8 @@ type nsChange struct {
 // namespaceLabels of a namespace the snapshot has no object for is just the
 // name label the API server would have given it.
 func (c *Compiler) namespaceLabels(ns string) labels.Set {
-	if e, ok := c.namespaces[ns]; ok {
-		return e.labels
+	if l, ok := c.namespaces[ns]; ok {
+		return l
 	}
 	return labels.Set{corev1.LabelMetadataName: ns}
 }
@@ -45,7 +40,7 @@ func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, ch *changes) {
 			maps.Copy(set, ns.Labels)
 			// The API server always sets this label; manifests may not.
 			set[corev1.LabelMetadataName] = ns.Name
-			c.namespaces[k.name] = &nsEntry{obj: ns, labels: set}
+			c.namespaces[k.name] = set
 		}
 		if after := c.namespaceLabels(k.name); !maps.Equal(before, after) {
 			ch.namespaces = append(ch.namespaces, nsChange{k.name, before, after})
@@ -70,11 +65,6 @@ func (p *pod) equal(o *pod) bool {
 		slices.Equal(p.ips, o.ips) && slices.Equal(p.ports, o.ports)
 }
 
-type podEntry struct {
-	obj  *corev1.Pod
-	view *pod // nil for a pod that takes no part in policy
-}
-
 // A podChange is a pod whose view changed; old or new is nil when the pod
 // started or stopped taking part in policy.
 type podChange struct{ old, new *pod }
@@ -82,10 +72,7 @@ type podChange struct{ old, new *pod }
 func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
 	key := func(p *corev1.Pod) objKey { return objKey{p.Namespace, p.Name} }
 	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *corev1.Pod) {
-		var old *pod
-		if e := c.pods[k]; e != nil {
-			old = e.view
-		}
+		old := c.pods[k]
 		delete(c.podProblems, k)
 		if p == nil {
 			delete(c.pods, k)
@@ -101,7 +88,11 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
 		if old != nil && view != nil && old.equal(view) {
 			view = old // keep the object: what was built from it stays valid
 		}
-		c.pods[k] = &podEntry{obj: p, view: view}
+		if view == nil {
+			delete(c.pods, k)
+		} else {
+			c.pods[k] = view
+		}
 		if old != view {
 			c.podChanged(old, view, ch)
 		}
