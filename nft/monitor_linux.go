@@ -106,6 +106,9 @@ func (m *Monitor) note(msg netlink.Message) {
 		}
 		if m.pending {
 			m.touched[gen] = true
+			if len(m.touched) > maxRemembered {
+				m.forgetBefore(gen - maxRemembered/2)
+			}
 		}
 		if m.lost {
 			m.unknown, m.lost = gen, false
@@ -133,6 +136,24 @@ func (m *Monitor) note(msg netlink.Message) {
 			}
 			return
 		}
+	}
+}
+
+// maxRemembered bounds the generations a Monitor remembers as touching the
+// table (each of our own commits is one), for a daemon whose caller never
+// asks about old ones.
+const maxRemembered = 4096
+
+// forgetBefore drops what is known of generations before gen: queries about
+// them answer that they cannot tell. m.mu is held.
+func (m *Monitor) forgetBefore(gen uint32) {
+	for g := range m.touched {
+		if gen-g-1 < 1<<31 { // g < gen, wrapping
+			delete(m.touched, g)
+		}
+	}
+	if gen-m.unknown < 1<<31 { // unknown < gen
+		m.unknown = gen - 1
 	}
 }
 

@@ -1,8 +1,12 @@
 package nft
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
@@ -61,4 +65,37 @@ func TestKernelMonitor(t *testing.T) {
 	if !m.Untouched(gen-1, gen-1, wait) || m.Untouched(gen-2, gen, wait) {
 		t.Errorf("generations before the Monitor started must be unknown, and only those")
 	}
+}
+
+// What a Monitor remembers is bounded: past maxRemembered touching
+// generations it forgets the oldest, and says it cannot tell about them.
+func TestMonitorForgetsOldGenerations(t *testing.T) {
+	m := &Monitor{touched: map[uint32]bool{}}
+	m.seen.L = &m.mu
+	for g := uint32(1); g <= 3*maxRemembered; g++ {
+		m.pending = true
+		m.note(newGen(g))
+	}
+	if len(m.touched) > maxRemembered {
+		t.Errorf("%d generations remembered, want at most %d", len(m.touched), maxRemembered)
+	}
+	latest := uint32(3 * maxRemembered)
+	if m.Untouched(1, 2, 0) {
+		t.Error("a forgotten generation was answered for")
+	}
+	if m.Untouched(latest-1, latest, 0) {
+		t.Error("the last generation touched the table, but Untouched says not")
+	}
+	if !m.Untouched(latest, latest, 0) {
+		t.Error("nothing after the last generation, but Untouched cannot tell")
+	}
+}
+
+// newGen builds the NEWGEN notification of generation g.
+func newGen(g uint32) netlink.Message {
+	ae := netlink.NewAttributeEncoder()
+	ae.ByteOrder = binary.BigEndian
+	ae.Uint32(unix.NFTA_GEN_ID, g)
+	b, _ := ae.Encode()
+	return netlink.Message{Header: netlink.Header{Type: newGenType}, Data: append(nfgenmsg(unix.AF_UNSPEC, 0), b...)}
 }
