@@ -266,9 +266,33 @@ func (b *writer) writeTable(t *Table) error {
 // element deletions and chain flushes before the chains and sets they
 // referenced are deleted.
 func (b *writer) writeDelta(d *Delta, new *Table) error {
+	// Existing sets are named in lookups and element messages by name:
+	// register those the delta names (thousands exist at 10k policies, and
+	// an event names a handful).
+	needed := map[string]bool{}
+	for _, u := range d.UpdateSets {
+		needed[u.New.Name] = true
+	}
+	for _, chains := range [][]*Chain{d.AddChains, d.RewriteChains} {
+		for _, ch := range chains {
+			for _, r := range ch.Rules {
+				for _, e := range r.Exprs {
+					switch e := e.(type) {
+					case AddrInSet:
+						needed[e.Set] = true
+					case AddrVmap:
+						needed[e.Map] = true
+					case AddrProtoPortInSet:
+						needed[e.Set] = true
+					}
+				}
+			}
+		}
+	}
 	for _, s := range new.Sets {
-		// Existing sets are named in lookups and element messages by name.
-		b.sets[s.Name] = &nftables.Set{Table: b.table, Name: s.Name, KeyType: keyDatatype(s.Key), IsMap: s.Verdict, Interval: s.Interval}
+		if needed[s.Name] {
+			b.sets[s.Name] = &nftables.Set{Table: b.table, Name: s.Name, KeyType: keyDatatype(s.Key), IsMap: s.Verdict, Interval: s.Interval}
+		}
 	}
 	for _, ch := range d.AddChains {
 		if err := b.addChain(ch); err != nil {
