@@ -164,6 +164,7 @@ type batchTransport struct {
 	sendErr   error         // the batch never reached the kernel
 	refusal   error         // the kernel's error addressed to the batch as a whole
 	failed    bool          // the kernel reported an error
+	broken    bool          // the socket failed (not a reply): close it after the batch
 	dry       bool          // every queued reply has been read
 	committed uint32        // the generation from the NEWGEN echo; 0: none seen
 }
@@ -225,12 +226,8 @@ func (t *batchTransport) send(req []netlink.Message) error {
 	if len(msgs) > 2 {
 		msgs[1].Header.Flags |= netlink.Echo
 	}
-	nl, err := t.c.dial()
+	nl, err := t.c.batchSocket()
 	if err != nil {
-		return err
-	}
-	if err := largeBuffers(nl); err != nil {
-		nl.Close()
 		return err
 	}
 	t.nl = nl
@@ -317,6 +314,9 @@ func (t *batchTransport) receive() ([]netlink.Message, error) {
 		if err != nil {
 			t.failed = true
 			var oe *netlink.OpError
+			if !errors.As(err, &oe) || oe.Err == unix.ENOBUFS {
+				t.broken = true // not a reply: the socket is not to be reused
+			}
 			if errors.As(err, &oe) {
 				if oe.Sequence == t.batchSeq && t.refusal == nil {
 					t.refusal = oe.Err
@@ -376,8 +376,66 @@ func replyQueued(nl *netlink.Conn) (bool, error) {
 }
 
 func (t *batchTransport) close() {
-	if t.nl != nil {
+	switch {
+	case t.nl == nil:
+	case t.sendErr != nil || t.broken:
 		t.nl.Close()
+	default:
+		t.c.releaseBatchSocket(t.nl)
+	}
+}
+
+// batchSocket returns the Conn's idle batch socket, or a new one. Opening
+// a socket in another network namespace (a thread switched into it and
+// back) and raising its buffers costs about as much as a small batch, so
+// one socket serves batch after batch.
+func (c *Conn) batchSocket() (*netlink.Conn, error) {
+	c.mu.Lock()
+	nl := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	if nl != nil {
+		return nl, nil
+	}
+	nl, err := c.dial()
+	if err != nil {
+		return nil, err
+	}
+	if err := largeBuffers(nl); err != nil {
+		nl.Close()
+		return nil, err
+	}
+	return nl, nil
+}
+
+// releaseBatchSocket parks a socket whose batch is done for the next one,
+// after reading whatever the kernel still had queued on it, so no reply
+// of one batch is ever taken for the next one's.
+func (c *Conn) releaseBatchSocket(nl *netlink.Conn) {
+	for {
+		queued, err := replyQueued(nl)
+		if err != nil {
+			nl.Close()
+			return
+		}
+		if !queued {
+			break
+		}
+		if _, err := nl.Receive(); err != nil {
+			var oe *netlink.OpError
+			if !errors.As(err, &oe) {
+				nl.Close()
+				return
+			}
+		}
+	}
+	c.mu.Lock()
+	if c.idle == nil && !c.closed {
+		c.idle, nl = nl, nil
+	}
+	c.mu.Unlock()
+	if nl != nil {
+		nl.Close()
 	}
 }
 

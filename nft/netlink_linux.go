@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -27,8 +28,15 @@ const elementsPerMessage = 512
 // error) is dropped with it and can never leak into the next batch. Batches
 // reach the kernel through a batchTransport of their own (see gen_linux.go),
 // which adds the generation check and reads back the generation committed.
+// The netlink socket under them is kept from one batch to the next, drained
+// in between; one whose socket failed is closed. A Conn may be used from
+// several goroutines; Close releases the socket.
 type Conn struct {
 	nsFd int // -1 when operating in the caller's own namespace
+
+	mu     sync.Mutex
+	idle   *netlink.Conn // socket of the last batch, for the next one
+	closed bool
 }
 
 // newBatch returns a fresh google/nftables connection with an empty message
@@ -91,6 +99,13 @@ func Open(netns string) (*Conn, error) {
 
 // Close releases the namespace handle.
 func (c *Conn) Close() error {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	if idle != nil {
+		idle.Close()
+	}
 	if c.nsFd >= 0 {
 		return unix.Close(c.nsFd)
 	}
