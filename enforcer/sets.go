@@ -20,9 +20,11 @@ import (
 )
 
 // This file holds the sets shared between policies: peer sets, keyed by
-// what a rule's peers say, and egress named-port sets, keyed by port and
-// peers. Both are reference counted by the active policies using them and
-// recomputed only when a pod or namespace they could name changes.
+// what a rule's peers say, and named-port sets, keyed by port name,
+// protocol and direction. Both are reference counted by the active
+// policies using them; peer sets are recomputed when a pod or namespace
+// they could name changes, named-port sets patched with the pods that
+// changed what they serve.
 
 // parsedPeers is a rule's non-empty peer list with its selectors parsed.
 type parsedPeers struct {
