@@ -2,7 +2,6 @@ package enforcer
 
 import (
 	"maps"
-	"reflect"
 	"slices"
 
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -53,28 +52,13 @@ func (c *Compiler) Delta() *nft.Delta {
 	d := &nft.Delta{}
 	// The base chain is built by every call; the dispatch maps by calls
 	// where a pod chain changed.
-	if pf, cf := prev.Chains[0], cur.Chains[0]; pf != cf {
-		if !reflect.DeepEqual(pf.Hook, cf.Hook) {
-			return &nft.Delta{Full: true, Reason: "base chain " + cf.Name + " changed its hook or priority"}
-		}
-		if !slices.EqualFunc(pf.Rules, cf.Rules, nft.Rule.Equal) {
-			d.RewriteChains = append(d.RewriteChains, cf)
-		}
-	}
+	d.Chain(prev.Chains[0], cur.Chains[0])
 	for _, name := range slices.Sorted(maps.Keys(c.touched.chains)) {
-		before, after := c.touched.chains[name], (*nft.Chain)(nil)
+		var after *nft.Chain
 		if e, ok := c.chains[name]; ok {
 			after = e.chain
 		}
-		switch {
-		case before == after:
-		case before == nil:
-			d.AddChains = append(d.AddChains, after)
-		case after == nil:
-			d.DeleteChains = append(d.DeleteChains, name)
-		case !slices.EqualFunc(before.Rules, after.Rules, nft.Rule.Equal):
-			d.RewriteChains = append(d.RewriteChains, after)
-		}
+		d.Chain(c.touched.chains[name], after)
 	}
 	sets := map[string][2]*nft.Set{}
 	for i, s := range cur.Sets[:len(c.dispatch)] {
@@ -89,19 +73,11 @@ func (c *Compiler) Delta() *nft.Delta {
 	}
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		before, after := sets[name][0], sets[name][1]
-		switch {
-		case before == after:
-		case before == nil:
-			d.AddSets = append(d.AddSets, after)
-		case after == nil:
-			d.DeleteSets = append(d.DeleteSets, name)
-		case c.touched.patches[before].New == after && after != nil:
-			d.UpdateSets = append(d.UpdateSets, c.touched.patches[before])
-		case before.Key != after.Key || before.Interval != after.Interval || before.Verdict != after.Verdict || before.Comment != after.Comment:
-			return &nft.Delta{Full: true, Reason: "set " + name + " changed its type, flags or comment"}
-		case !slices.Equal(before.Elements, after.Elements):
-			d.UpdateSets = append(d.UpdateSets, nft.SetUpdate{Old: before, New: after})
+		if patch, ok := c.touched.patches[before]; ok && patch.New == after && after != nil && !d.Full {
+			d.UpdateSets = append(d.UpdateSets, patch)
+			continue
 		}
+		d.Set(before, after)
 	}
 	return d
 }

@@ -56,24 +56,13 @@ func Diff(old, new *Table) *Delta {
 	newChains := map[string]bool{}
 	for _, c := range new.Chains {
 		newChains[c.Name] = true
-		o, ok := oldChains[c.Name]
-		switch {
-		case !ok:
-			d.AddChains = append(d.AddChains, c)
-		case o == c:
-			// Tables from one Compiler share what did not change.
-		case !reflect.DeepEqual(o.Hook, c.Hook):
-			return &Delta{Full: true, Reason: "base chain " + c.Name + " changed its hook or priority"}
-		case !slices.EqualFunc(o.Rules, c.Rules, Rule.Equal):
-			d.RewriteChains = append(d.RewriteChains, c)
-		}
+		d.Chain(oldChains[c.Name], c)
 	}
 	for _, c := range old.Chains {
 		if !newChains[c.Name] {
-			d.DeleteChains = append(d.DeleteChains, c.Name)
+			d.Chain(c, nil)
 		}
 	}
-
 	oldSets := map[string]*Set{}
 	for _, s := range old.Sets {
 		oldSets[s.Name] = s
@@ -81,21 +70,47 @@ func Diff(old, new *Table) *Delta {
 	newSets := map[string]bool{}
 	for _, s := range new.Sets {
 		newSets[s.Name] = true
-		o, ok := oldSets[s.Name]
-		switch {
-		case !ok:
-			d.AddSets = append(d.AddSets, s)
-		case o == s:
-		case o.Key != s.Key || o.Interval != s.Interval || o.Verdict != s.Verdict || o.Comment != s.Comment:
-			return &Delta{Full: true, Reason: "set " + s.Name + " changed its type, flags or comment"}
-		case !slices.Equal(o.Elements, s.Elements):
-			d.UpdateSets = append(d.UpdateSets, SetUpdate{Old: o, New: s})
-		}
+		d.Set(oldSets[s.Name], s)
 	}
 	for _, s := range old.Sets {
 		if !newSets[s.Name] {
-			d.DeleteSets = append(d.DeleteSets, s.Name)
+			d.Set(s, nil)
 		}
 	}
 	return d
+}
+
+// Chain records in d how one chain changes from old to new (nil: absent on
+// that side). Tables from one enforcer.Compiler share what did not change,
+// so the same pointer is no change. A change of hook or priority cannot be
+// made in place: d becomes Full.
+func (d *Delta) Chain(old, new *Chain) {
+	switch {
+	case d.Full || old == new:
+	case old == nil:
+		d.AddChains = append(d.AddChains, new)
+	case new == nil:
+		d.DeleteChains = append(d.DeleteChains, old.Name)
+	case !reflect.DeepEqual(old.Hook, new.Hook):
+		*d = Delta{Full: true, Reason: "base chain " + new.Name + " changed its hook or priority"}
+	case !slices.EqualFunc(old.Rules, new.Rules, Rule.Equal):
+		d.RewriteChains = append(d.RewriteChains, new)
+	}
+}
+
+// Set records in d how one set changes from old to new (nil: absent on
+// that side), as Chain does for chains. A change of type, flags or comment
+// cannot be made in place: d becomes Full.
+func (d *Delta) Set(old, new *Set) {
+	switch {
+	case d.Full || old == new:
+	case old == nil:
+		d.AddSets = append(d.AddSets, new)
+	case new == nil:
+		d.DeleteSets = append(d.DeleteSets, old.Name)
+	case old.Key != new.Key || old.Interval != new.Interval || old.Verdict != new.Verdict || old.Comment != new.Comment:
+		*d = Delta{Full: true, Reason: "set " + new.Name + " changed its type, flags or comment"}
+	case !slices.Equal(old.Elements, new.Elements):
+		d.UpdateSets = append(d.UpdateSets, SetUpdate{Old: old, New: new})
+	}
 }
