@@ -191,12 +191,11 @@ func NewCompiler(opts Options) *Compiler {
 type changes struct {
 	namespaces []nsChange
 	pods       map[string][]podChange // by namespace
-	anyPod     bool
-	targetsNS  map[string]bool // namespaces whose policies must re-select targets
-	podChainNS map[string]bool // namespaces whose pod chains must be rebuilt
-	policies   []*policyState  // added or changed: targets to select
-	goneLocal  []objKey        // pods no longer local and taking part: drop their chains
-	dispatch   bool            // some pod chain appeared, went or changed address
+	targetsNS  map[string]bool        // namespaces whose policies must re-select targets
+	podChainNS map[string]bool        // namespaces whose pod chains must be rebuilt
+	policies   []*policyState         // added or changed: targets to select
+	goneLocal  []objKey               // pods no longer local and taking part: drop their chains
+	dispatch   bool                   // some pod chain appeared, went or changed address
 }
 
 // Compile compiles snap, reusing what it computed for the previous one. The

@@ -108,7 +108,6 @@ func (c *Compiler) podChanged(old, new *pod, ch *changes) {
 	}
 	ns := pd.namespace
 	ch.pods[ns] = append(ch.pods[ns], podChange{old, new})
-	ch.anyPod = true
 	c.every = nil
 
 	hadPods := len(c.byNS[ns]) > 0

@@ -370,7 +370,7 @@ func (e *portSets) newSet(f nft.IPFamily, elems []nft.Element) *nft.Set {
 // refreshPortSets patches the named-port sets with the pods that changed
 // what they serve or where.
 func (c *Compiler) refreshPortSets(ch *changes) {
-	if !ch.anyPod || len(c.portSets) == 0 {
+	if len(ch.pods) == 0 || len(c.portSets) == 0 {
 		return
 	}
 	for _, e := range c.portSets {

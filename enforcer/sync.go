@@ -28,7 +28,6 @@ type Syncer struct {
 	log      *zap.Logger
 	syncMu   sync.Mutex // one Sync at a time: the compiler keeps state between them
 	compiler *Compiler
-	compiled *nft.Table // what compiler returned last
 
 	mu           sync.Mutex
 	generation   uint64       // successful syncs so far
@@ -117,13 +116,11 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 		s.mu.Unlock()
 	}
 	start := time.Now()
-	prev := s.compiled
 	table, problems := s.compiler.Compile(snap, prio)
-	s.compiled = table
 	LogProblems(s.log, problems)
 	res := SyncResult{Table: table, CompileTime: time.Since(start)}
 	start = time.Now()
-	batch, err := s.write(prev, table)
+	batch, err := s.write(table)
 	res.WriteTime = time.Since(start)
 	if err != nil {
 		return res, err
@@ -164,18 +161,15 @@ const monitorWait = 100 * time.Millisecond
 // 10k policies): unchanged, the delta is retried against the new
 // generation; changed, the whole table is rewritten and the repair counted.
 //
-// When the kernel holds the table compiled before this one (the usual
-// case), the delta is the compiler's, found from what the event touched;
-// otherwise (after a failure) the two tables are diffed.
-func (s *Syncer) write(prev, table *nft.Table) (nft.BatchStats, error) {
+// The delta is the compiler's (Compiler.DeltaFrom): found from what the
+// event touched when the kernel holds the previous table, the usual case.
+func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 	s.mu.Lock()
 	last, gen := s.last, s.gen
 	s.mu.Unlock()
 	var delta *nft.Delta
-	if last != nil && last == prev {
-		delta = s.compiler.Delta()
-	} else if last != nil {
-		delta = nft.Diff(last, table)
+	if last != nil {
+		delta = s.compiler.DeltaFrom(last)
 	}
 	for range maxConflicts {
 		if last == nil {
