@@ -66,20 +66,21 @@ type SyncResult struct {
 	WriteTime   time.Duration // table to kernel, diff included
 }
 
-// Priority resolves the priority setting against the base chains now on the
-// forward hook, logging a warning for an explicit value that is not ahead.
-func (s *Syncer) Priority() (int32, error) {
-	others, err := s.conn.BaseChains("forward")
+// ResolvePriority resolves a priority setting against the base chains now
+// on the forward hook of conn's netns (those of table excepted), logging a
+// warning for an explicit value that is not ahead of them.
+func ResolvePriority(conn *nft.Conn, setting PrioritySetting, table string, log *zap.Logger) (int32, error) {
+	others, err := conn.BaseChains("forward")
 	if err != nil {
 		return 0, fmt.Errorf("read forward chains: %w", err)
 	}
-	if s.priority.Auto {
-		return ChoosePriority(others, s.opts.Table)
+	if setting.Auto {
+		return ChoosePriority(others, table)
 	}
-	for _, w := range CheckPriority(s.priority.Value, others, s.opts.Table) {
-		s.log.Warn("explicit priority is not ahead of every forward chain", zap.String("warning", w))
+	for _, w := range CheckPriority(setting.Value, others, table) {
+		log.Warn("explicit priority is not ahead of every forward chain", zap.String("warning", w))
 	}
-	return s.priority.Value, nil
+	return setting.Value, nil
 }
 
 // Sync compiles snap and programs it. On error the kernel keeps the table of
@@ -106,7 +107,7 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	prio, resolved := s.prio, s.prioResolved
 	s.mu.Unlock()
 	if !resolved {
-		p, err := s.Priority()
+		p, err := ResolvePriority(s.conn, s.priority, s.opts.Table, s.log)
 		if err != nil {
 			return SyncResult{}, err
 		}

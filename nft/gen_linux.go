@@ -73,6 +73,20 @@ func (c *Conn) dial() (*netlink.Conn, error) {
 	return netlink.Dial(unix.NETLINK_NETFILTER, cfg)
 }
 
+// dialLarge is dial with the buffers a batch or a stream of notifications
+// needs (see largeBuffers).
+func (c *Conn) dialLarge() (*netlink.Conn, error) {
+	nl, err := c.dial()
+	if err != nil {
+		return nil, err
+	}
+	if err := largeBuffers(nl); err != nil {
+		nl.Close()
+		return nil, err
+	}
+	return nl, nil
+}
+
 // Generation returns the current ruleset generation of the namespace. It
 // changes with every batch anyone commits there; pass it to ApplyAt or
 // UpdateAt to write only if nobody has committed since.
@@ -397,15 +411,7 @@ func (c *Conn) batchSocket() (*netlink.Conn, error) {
 	if nl != nil {
 		return nl, nil
 	}
-	nl, err := c.dial()
-	if err != nil {
-		return nil, err
-	}
-	if err := largeBuffers(nl); err != nil {
-		nl.Close()
-		return nil, err
-	}
-	return nl, nil
+	return c.dialLarge()
 }
 
 // releaseBatchSocket parks a socket whose batch is done for the next one,

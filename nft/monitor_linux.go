@@ -43,12 +43,8 @@ type Monitor struct {
 // Monitor starts following commits to the inet table named table. Close it
 // when done.
 func (c *Conn) Monitor(table string) (*Monitor, error) {
-	nl, err := c.dial()
+	nl, err := c.dialLarge()
 	if err != nil {
-		return nil, err
-	}
-	if err := largeBuffers(nl); err != nil {
-		nl.Close()
 		return nil, err
 	}
 	if err := nl.JoinGroup(unix.NFNLGRP_NFTABLES); err != nil {

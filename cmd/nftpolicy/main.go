@@ -243,7 +243,7 @@ func apply(cfg *config, log *zap.Logger) error {
 	}
 	defer conn.Close()
 	opts := cfg.options()
-	if opts.Priority, err = enforcer.NewSyncer(conn, opts, cfg.priority, log).Priority(); err != nil {
+	if opts.Priority, err = enforcer.ResolvePriority(conn, cfg.priority, opts.Table, log); err != nil {
 		return fmt.Errorf("nothing programmed: %w", err)
 	}
 	// A one-shot compile, not a Syncer: nothing keeps the snapshot or the
