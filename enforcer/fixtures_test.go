@@ -7,8 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/k8s"
 )
 
@@ -151,25 +151,13 @@ func exprPeer(nsExpr, podExpr *metav1.LabelSelectorRequirement) networkingv1.Net
 	return p
 }
 
-func ipBlock(cidr string, except ...string) networkingv1.NetworkPolicyPeer {
-	return networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr, Except: except}}
-}
-
-func port(proto corev1.Protocol, p int32) networkingv1.NetworkPolicyPort {
-	v := intstr.FromInt32(p)
-	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &v}
-}
-
-func portRange(proto corev1.Protocol, first, last int32) networkingv1.NetworkPolicyPort {
-	p := port(proto, first)
-	p.EndPort = &last
-	return p
-}
-
-func namedPort(proto corev1.Protocol, name string) networkingv1.NetworkPolicyPort {
-	v := intstr.FromString(name)
-	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &v}
-}
+// The policy port and peer builders of the synthetic clusters.
+var (
+	ipBlock   = scale.IPBlock
+	port      = scale.Port
+	portRange = scale.PortRange
+	namedPort = scale.NamedPort
+)
 
 func protoOnly(proto corev1.Protocol) networkingv1.NetworkPolicyPort {
 	return networkingv1.NetworkPolicyPort{Protocol: &proto}

@@ -76,16 +76,16 @@ func Cluster(namespaces, podsPerNS, policiesPerNS, localPods int, node string, u
 						{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: tiers},
 					}},
 				},
-				ipBlock("192.168.0.0/16", "192.168.1.0/24"),
-			}, Ports: []networkingv1.NetworkPolicyPort{port(tcp, 443), namedPort(tcp, "http"), portRange(udp, 5000, 5100)}})
+				IPBlock("192.168.0.0/16", "192.168.1.0/24"),
+			}, Ports: []networkingv1.NetworkPolicyPort{Port(tcp, 443), NamedPort(tcp, "http"), PortRange(udp, 5000, 5100)}})
 			if k%3 == 0 {
 				np.Spec.Egress = append(np.Spec.Egress,
 					networkingv1.NetworkPolicyEgressRule{
 						To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pod": fmt.Sprintf("pod-%d", k)}}}},
-						Ports: []networkingv1.NetworkPolicyPort{namedPort(udp, "dns")},
+						Ports: []networkingv1.NetworkPolicyPort{NamedPort(udp, "dns")},
 					},
 					networkingv1.NetworkPolicyEgressRule{
-						To: []networkingv1.NetworkPolicyPeer{ipBlock("0.0.0.0/0", "10.0.0.0/8"), ipBlock("::/0", "fd00::/8")},
+						To: []networkingv1.NetworkPolicyPeer{IPBlock("0.0.0.0/0", "10.0.0.0/8"), IPBlock("::/0", "fd00::/8")},
 					})
 			}
 			s.Policies = append(s.Policies, np)
@@ -100,22 +100,26 @@ const (
 	udp = corev1.ProtocolUDP
 )
 
-func port(proto corev1.Protocol, p int32) networkingv1.NetworkPolicyPort {
+// Port is a policy port by number.
+func Port(proto corev1.Protocol, p int32) networkingv1.NetworkPolicyPort {
 	v := intstr.FromInt32(p)
 	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &v}
 }
 
-func portRange(proto corev1.Protocol, first, last int32) networkingv1.NetworkPolicyPort {
-	p := port(proto, first)
+// PortRange is a policy port range, first to last (endPort).
+func PortRange(proto corev1.Protocol, first, last int32) networkingv1.NetworkPolicyPort {
+	p := Port(proto, first)
 	p.EndPort = &last
 	return p
 }
 
-func namedPort(proto corev1.Protocol, name string) networkingv1.NetworkPolicyPort {
+// NamedPort is a policy port by container port name.
+func NamedPort(proto corev1.Protocol, name string) networkingv1.NetworkPolicyPort {
 	v := intstr.FromString(name)
 	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &v}
 }
 
-func ipBlock(cidr string, except ...string) networkingv1.NetworkPolicyPeer {
+// IPBlock is an ipBlock peer: cidr minus the excepts.
+func IPBlock(cidr string, except ...string) networkingv1.NetworkPolicyPeer {
 	return networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr, Except: except}}
 }
