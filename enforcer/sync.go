@@ -378,7 +378,8 @@ type Timing struct {
 func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing) {
 	// Commits are followed from the end of the first sync: a listener makes
 	// the kernel build a notification per object of every commit, and for
-	// the first, whole table that is a second at 10k policies.
+	// the first, whole table that is one per rule, set and element (the
+	// echoes of its rules alone were 28 MB at 10k policies).
 	watching := false
 	defer s.StopWatchingCommits()
 	var (

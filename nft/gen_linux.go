@@ -231,10 +231,10 @@ func (t *batchTransport) send(req []netlink.Message) error {
 		msgs[i].Header.PID = 0 // nltest's; the socket sets its own
 		// No ack and no echo per message: the kernel reports failures
 		// anyway, and the NEWGEN echo below confirms the commit. The
-		// library asks for both on every rule (to learn rule handles, which
-		// we never use); at 10k policies that was ~100k replies to build,
-		// receive and drop: a third of the batch's time and most of its
-		// memory.
+		// library asks for an ack on every message and an echo of every
+		// rule (to learn rule handles, which we never use): at 10k policies
+		// ~100k replies to build, receive and drop, 28 MB of them echoes;
+		// dropping the acks took that batch from 5.5 to 4.1 s.
 		msgs[i].Header.Flags &^= netlink.Acknowledge | netlink.Echo
 	}
 	if len(msgs) > 2 {
