@@ -19,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -430,18 +431,15 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		l.fail(loc, h, FieldErrors(errs))
 		return
 	}
+	obj.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(info.apiVersion, h.kind))
 	switch o := obj.(type) {
 	case *corev1.Namespace:
-		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
 		l.snap.Namespaces = append(l.snap.Namespaces, o)
 	case *corev1.Pod:
-		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
 		l.snap.Pods = append(l.snap.Pods, o)
 	case *corev1.Node:
-		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
 		l.snap.Nodes = append(l.snap.Nodes, o)
 	case *networkingv1.NetworkPolicy:
-		o.TypeMeta = metav1.TypeMeta{APIVersion: info.apiVersion, Kind: h.kind}
 		l.snap.Policies = append(l.snap.Policies, o)
 	}
 }
