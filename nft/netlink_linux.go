@@ -338,12 +338,18 @@ func (b *writer) writeDelta(d *Delta, new *Table) error {
 			return err
 		}
 	}
+	// Every chain that goes is flushed before any is deleted: a chain still
+	// jumped to is busy (EBUSY) until the rule jumping to it is gone, and
+	// the referrer may come later in the list (ingress-<hash> sorts before
+	// ingress-pod-<hash>, which jumps to it). Flushing first drops every
+	// reference within the batch, whatever the order.
 	for _, name := range d.DeleteChains {
-		nc := &nftables.Chain{Name: name, Table: b.table}
-		b.nl.FlushChain(nc)
-		b.nl.DelChain(nc)
-		b.stats.Messages += 2
+		b.nl.FlushChain(&nftables.Chain{Name: name, Table: b.table})
 	}
+	for _, name := range d.DeleteChains {
+		b.nl.DelChain(&nftables.Chain{Name: name, Table: b.table})
+	}
+	b.stats.Messages += 2 * len(d.DeleteChains)
 	for _, name := range d.DeleteSets {
 		b.nl.DelSet(&nftables.Set{Table: b.table, Name: name})
 		b.stats.Messages++

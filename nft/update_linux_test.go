@@ -3,6 +3,7 @@ package nft
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nftpolicy/nftpolicy/internal/testns"
@@ -121,6 +122,18 @@ func TestKernelUpdate(t *testing.T) {
 			c := chainNamed(t, "np-x/allow")
 			c.Rules = slices.DeleteFunc(c.Rules, func(r Rule) bool {
 				return slices.Contains(r.Exprs, Expr(AddrInSet{Family: IPv4, Field: Daddr, Set: "plain-v4"}))
+			})
+		}, false},
+		{"two chains, one jumping to the other", func(t *Table) {
+			t.Chains = append(t.Chains,
+				&Chain{Name: "np-y/target", Rules: []Rule{{Exprs: []Expr{Verdict{Kind: Return}}}}},
+				&Chain{Name: "pod-y/referrer", Rules: []Rule{{Exprs: []Expr{Verdict{Kind: Jump, Chain: "np-y/target"}}}}})
+		}, false},
+		// The target is listed (and sorts) before its referrer: deleting it
+		// first, while the referrer's rule still jumps to it, is EBUSY.
+		{"delete both in one batch", func(t *Table) {
+			t.Chains = slices.DeleteFunc(t.Chains, func(c *Chain) bool {
+				return strings.HasSuffix(c.Name, "-y/target") || strings.HasSuffix(c.Name, "-y/referrer")
 			})
 		}, false},
 		{"change the base chain priority", func(t *Table) { chainNamed(t, "filter-forward").Hook.Priority = -20 }, true},
