@@ -32,10 +32,38 @@
 //
 // Each object that cannot be used is reported as an ObjectError naming file,
 // document (and List item), kind, namespace/name and the reason, and is
-// skipped; all other objects are still returned. LoadDir fails as a whole
-// only when the directory or a manifest file cannot be read. When the same
-// kind, namespace and name is defined twice, the first definition is used,
-// valid or not, and every later one is an error wrapping ErrDuplicate.
+// skipped; all other objects are still returned. The namespace and name in
+// the error are as the file writes them, even when YAML 1.1 reads them as
+// something else (an unquoted namespace y is a boolean). LoadDir fails as a
+// whole only when the directory or a manifest file cannot be read.
+//
+// When the same kind, namespace and name is defined more than once, in one
+// file or across files, every definition is an error wrapping ErrDuplicate
+// that names the other places, and none is used: otherwise a file that
+// sorts first could shadow a policy unnoticed. What is kept fails closed: a
+// duplicated NetworkPolicy becomes one with no rules that isolates the pods
+// its definitions select (all pods of the namespace when they select
+// differently), so its pods stay isolated but nothing it allowed is
+// allowed; a duplicated Pod, Namespace or Node is left out.
+//
+// # Watching a directory
+//
+// WatchDir polls a directory and sends a snapshot when its content changes,
+// once two consecutive polls read the same bytes, so that a file caught
+// while it is written is not programmed: a YAML file cut short after
+// "from:" is a valid policy whose null from list allows every peer. Writers
+// should still replace files atomically: write the new content to a
+// temporary name in the same directory that is not read (a dot name such as
+// .policies.yaml.tmp, or another extension), then rename it over the old
+// file. A mounted ConfigMap is updated this way.
+//
+// State is kept per file: a removed file drops its objects, and a file that
+// can no longer be read (a dangling link, a link loop, no permission) or
+// parsed keeps the objects of its last good version while the other files
+// keep updating. DirUpdate.Err then says which file and why, and the update
+// is repeated with backoff while the problem lasts. A directory that cannot
+// be listed keeps every object. An empty directory is an empty snapshot:
+// whether to program it is the caller's decision.
 //
 // # Defaulting
 //

@@ -17,8 +17,9 @@ var (
 	// level than real mistakes: errors.Is(err, ErrUnsupportedKind).
 	ErrUnsupportedKind = errors.New("unsupported kind")
 
-	// ErrDuplicate marks an ObjectError for a second definition of an object
-	// (same kind, namespace and name) that was dropped in favour of the first.
+	// ErrDuplicate marks an ObjectError for each definition of an object
+	// (same kind, namespace and name) that is defined more than once. No
+	// definition is used: see the package documentation for what is kept.
 	ErrDuplicate = errors.New("duplicate object")
 )
 

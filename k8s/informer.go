@@ -274,8 +274,8 @@ func (in *Informers) transform(obj any) (any, error) {
 	in.mu.Unlock()
 	if len(errs) > 0 {
 		in.log.Warn("skipped an API object",
-			zap.String("object", objectName(kind, slim.GetNamespace(), slim.GetName())),
-			zap.Error(FieldErrors(errs)))
+			NameField("object", objectName(kind, slim.GetNamespace(), slim.GetName())),
+			ErrorField(FieldErrors(errs)))
 	}
 	return slim, nil
 }

@@ -9,12 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	yamlv3 "go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,13 +35,7 @@ import (
 func LoadDir(dir string) (*Snapshot, []*ObjectError, error) {
 	snap, objErrs, err := LoadFS(os.DirFS(dir))
 	if err != nil {
-		// os.DirFS names paths relative to dir ("open .: ..."); name them
-		// as the user knows them.
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			pe.Path = filepath.Join(dir, pe.Path)
-		}
-		return nil, nil, fmt.Errorf("load manifests: %w", err)
+		return nil, nil, fmt.Errorf("load manifests: %w", inDir(dir, err))
 	}
 	return snap, objErrs, nil
 }
@@ -49,30 +43,44 @@ func LoadDir(dir string) (*Snapshot, []*ObjectError, error) {
 // LoadFS is LoadDir for the root directory of fsys. ObjectError.File is the
 // file's name within fsys.
 func LoadFS(fsys fs.FS) (*Snapshot, []*ObjectError, error) {
-	entries, err := fs.ReadDir(fsys, ".")
+	entries, err := manifestFiles(fsys)
 	if err != nil {
 		return nil, nil, err
 	}
-	l := &loader{seen: map[objectKey]string{}}
-	names, err := manifestFiles(fsys, entries)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, name := range names {
-		data, err := fs.ReadFile(fsys, name)
+	// One file at a time: only one file's bytes are held at once, and a
+	// decoded file is small next to its YAML.
+	loads := make([]*fileLoad, 0, len(entries))
+	for _, e := range entries {
+		if e.err != nil {
+			return nil, nil, e.err
+		}
+		data, err := fs.ReadFile(fsys, e.name)
 		if err != nil {
 			return nil, nil, err
 		}
-		l.loadFile(name, data)
+		loads = append(loads, loadFile(e.name, data))
 	}
-	l.snap.Sort()
-	return &l.snap, l.errs, nil
+	snap, objErrs := merge(loads)
+	return snap, objErrs, nil
 }
 
-// manifestFiles picks the entries of the root of fsys that are read: regular
-// files, or symlinks to them, with a manifest name.
-func manifestFiles(fsys fs.FS, entries []fs.DirEntry) ([]string, error) {
-	var names []string
+// A manifestEntry is a file of the directory that is read, or a name that
+// would be read but whose link cannot be followed (err: dangling, a loop).
+type manifestEntry struct {
+	name string
+	err  error
+}
+
+// manifestFiles lists the entries of the root of fsys that are read, in name
+// order: regular files, or symlinks to them, with a manifest name. Only a
+// directory that cannot be listed is an error; an entry that cannot be
+// followed carries its own, so that a caller may keep the rest.
+func manifestFiles(fsys fs.FS) ([]manifestEntry, error) {
+	entries, err := fs.ReadDir(fsys, ".") // sorted by name
+	if err != nil {
+		return nil, err
+	}
+	var files []manifestEntry
 	for _, e := range entries {
 		name := e.Name()
 		if !isManifestName(name) {
@@ -84,15 +92,16 @@ func manifestFiles(fsys fs.FS, entries []fs.DirEntry) ([]string, error) {
 			// follow them, and skip links to directories.
 			fi, err := fs.Stat(fsys, name)
 			if err != nil {
-				return nil, err
+				files = append(files, manifestEntry{name: name, err: err})
+				continue
 			}
 			mode = fi.Mode()
 		}
 		if mode.IsRegular() {
-			names = append(names, name)
+			files = append(files, manifestEntry{name: name})
 		}
 	}
-	return names, nil
+	return files, nil
 }
 
 // isManifestName reports whether a directory entry is read: a .yaml, .yml or
@@ -142,12 +151,30 @@ func listElem(kind string) (elem string, ok bool) {
 // An objectKey identifies an object for duplicate detection.
 type objectKey struct{ kind, namespace, name string }
 
-// A loader accumulates the objects and errors of one LoadFS call.
-type loader struct {
-	snap Snapshot
+// A definition is one document (or List item) that names an object. obj is
+// the admitted object, or nil when the document was rejected (its error is
+// in the fileLoad's errs).
+type definition struct {
+	key objectKey
+	loc docLoc
+	obj runtime.Object
+}
+
+// A fileLoad is what one manifest file holds, read on its own: duplicates
+// across files are resolved later, by merge, so that a watcher can keep one
+// file's last good load while the others change.
+type fileLoad struct {
+	defs []definition
 	errs []*ObjectError
-	// seen maps each object to the location of its first definition.
-	seen map[objectKey]string
+	// syntax is the first document that could not be parsed at all
+	// (invalid YAML or JSON, or not a mapping), nil when all were. A file
+	// caught while it is being written looks like this.
+	syntax *ObjectError
+}
+
+// A loader reads one file into a fileLoad.
+type loader struct {
+	fileLoad
 }
 
 // A docLoc is where a document or list item is.
@@ -160,6 +187,7 @@ type docLoc struct {
 // type, leniently, so that even a broken object is named in its error.
 type header struct {
 	apiVersion, kind, namespace, name string
+	nonString                         bool // one of them was not a string in the JSON
 }
 
 // named returns h with the namespace the object will have once admitted:
@@ -176,23 +204,40 @@ func (h header) named() header {
 	return h
 }
 
-func (l *loader) fail(loc docLoc, h header, err error) {
+func (l *loader) fail(loc docLoc, h header, err error) *ObjectError {
 	h = h.named()
-	l.errs = append(l.errs, &ObjectError{
+	e := &ObjectError{
 		File: loc.file, Doc: loc.doc, Item: loc.item,
 		Kind: h.kind, Namespace: h.namespace, Name: h.name,
 		Err: err,
-	})
+	}
+	l.errs = append(l.errs, e)
+	return e
+}
+
+// failSyntax is fail for a document that could not be parsed at all.
+func (l *loader) failSyntax(loc docLoc, h header, err error) {
+	e := l.fail(loc, h, err)
+	if l.syntax == nil {
+		l.syntax = e
+	}
 }
 
 var utf8BOM = []byte("\xef\xbb\xbf")
 
-func (l *loader) loadFile(name string, data []byte) {
+// loadFile reads one manifest file on its own.
+func loadFile(name string, data []byte) *fileLoad {
+	l := &loader{}
 	data = bytes.TrimPrefix(data, utf8BOM)
 	if path.Ext(name) == ".json" {
 		l.loadJSONFile(name, data)
-		return
+	} else {
+		l.loadYAMLFile(name, data)
 	}
+	return &l.fileLoad
+}
+
+func (l *loader) loadYAMLFile(name string, data []byte) {
 	doc := 0
 	docs := splitYAML(data)
 	converted := toJSON(docs)
@@ -209,8 +254,9 @@ func (l *loader) loadFile(name string, data []byte) {
 					continue
 				}
 				h, _ = readHeader(lenient)
+				h = literalHeader(h, d.data, -1)
 			}
-			l.fail(loc, h, fmt.Errorf("invalid YAML: %w", yamlErrorInFile(d, err)))
+			l.failSyntax(loc, h, fmt.Errorf("invalid YAML: %w", yamlErrorInFile(d, err)))
 			doc++
 			continue
 		}
@@ -218,7 +264,7 @@ func (l *loader) loadFile(name string, data []byte) {
 			// Only whitespace and comments, or a stray "---".
 			continue
 		}
-		l.loadDocument(loc, j)
+		l.loadDocument(loc, j, d.data)
 		doc++
 	}
 }
@@ -274,13 +320,13 @@ func (l *loader) loadJSONFile(name string, data []byte) {
 			if errors.As(err, &se) {
 				err = fmt.Errorf("at byte %d: %w", se.Offset, err)
 			}
-			l.fail(loc, header{}, fmt.Errorf("invalid JSON, rest of file skipped: %w", err))
+			l.failSyntax(loc, header{}, fmt.Errorf("invalid JSON, rest of file skipped: %w", err))
 			return
 		}
 		if isNull(raw) {
 			continue
 		}
-		l.loadDocument(loc, raw)
+		l.loadDocument(loc, raw, nil)
 		doc++
 	}
 }
@@ -306,14 +352,19 @@ func isNull(j []byte) bool {
 	return bytes.Equal(bytes.TrimSpace(j), []byte("null"))
 }
 
-func (l *loader) loadDocument(loc docLoc, j []byte) {
+// loadDocument reads one document, j in JSON; src is its YAML source, nil
+// for a JSON file.
+func (l *loader) loadDocument(loc docLoc, j, src []byte) {
 	h, err := readHeader(j)
 	if err != nil {
-		l.fail(loc, header{}, err)
+		// A scalar where a mapping belongs is what a file cut short in its
+		// first key looks like ("apiVer").
+		l.failSyntax(loc, header{}, err)
 		return
 	}
+	h = literalHeader(h, src, -1)
 	if elem, ok := listElem(h.kind); ok {
-		l.loadList(loc, j, h, elem)
+		l.loadList(loc, j, src, h, elem)
 		return
 	}
 	l.loadObject(loc, j, h)
@@ -326,15 +377,69 @@ func readHeader(j []byte) (header, error) {
 	if err := json.Unmarshal(j, &m); err != nil || m == nil {
 		return header{}, errors.New("document is not a Kubernetes object (a YAML or JSON mapping)")
 	}
+	h := header{}
 	str := func(m map[string]any, k string) string {
-		s, _ := m[k].(string)
-		return s
+		switch v := m[k].(type) {
+		case string:
+			return v
+		case bool, float64:
+			// What YAML made of an unquoted y or 80: the object is still
+			// named by it, not by a default (literalHeader restores the
+			// text the file has).
+			h.nonString = true
+			return fmt.Sprint(v)
+		}
+		return ""
 	}
-	h := header{apiVersion: str(m, "apiVersion"), kind: str(m, "kind")}
+	h.apiVersion, h.kind = str(m, "apiVersion"), str(m, "kind")
 	if md, ok := m["metadata"].(map[string]any); ok {
 		h.namespace, h.name = str(md, "namespace"), str(md, "name")
 	}
 	return h, nil
+}
+
+// literalHeader returns h with the namespace and name spelled as in src, the
+// YAML source of the document (item: of its List item, or -1), when YAML 1.1
+// turned them into something else: "namespace: y" is a boolean to
+// sigs.k8s.io/yaml, but the file says y, and an error must name the object
+// y/name rather than true/name or default/name. YAML 1.2 (yaml.v3) keeps
+// the scalar's text.
+func literalHeader(h header, src []byte, item int) header {
+	if !h.nonString || src == nil {
+		return h
+	}
+	var doc yamlv3.Node
+	if yamlv3.Unmarshal(src, &doc) != nil || len(doc.Content) == 0 {
+		return h
+	}
+	n := doc.Content[0]
+	if item >= 0 {
+		if n = mappingValue(n, "items"); n == nil || n.Kind != yamlv3.SequenceNode || item >= len(n.Content) {
+			return h
+		}
+		n = n.Content[item]
+	}
+	md := mappingValue(n, "metadata")
+	if v := mappingValue(md, "namespace"); v != nil && v.Kind == yamlv3.ScalarNode {
+		h.namespace = v.Value
+	}
+	if v := mappingValue(md, "name"); v != nil && v.Kind == yamlv3.ScalarNode {
+		h.name = v.Value
+	}
+	return h
+}
+
+// mappingValue returns the value of key in a YAML mapping node, or nil.
+func mappingValue(n *yamlv3.Node, key string) *yamlv3.Node {
+	if n == nil || n.Kind != yamlv3.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }
 
 // A list is a v1 List or a typed list such as PodList, as printed by
@@ -345,7 +450,7 @@ type list struct {
 	Items           []json.RawMessage `json:"items"`
 }
 
-func (l *loader) loadList(loc docLoc, j []byte, h header, elem string) {
+func (l *loader) loadList(loc docLoc, j, src []byte, h header, elem string) {
 	want := "v1"
 	if elem != "" {
 		want = kinds[elem].apiVersion
@@ -371,6 +476,7 @@ func (l *loader) loadList(loc docLoc, j []byte, h header, elem string) {
 			l.fail(iloc, header{}, err)
 			continue
 		}
+		ih = literalHeader(ih, src, i)
 		if elem != "" {
 			// Items of a typed list need not repeat their kind.
 			if ih.kind == "" && ih.apiVersion == "" {
@@ -404,15 +510,12 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		l.fail(loc, h, fmt.Errorf("apiVersion %q is not supported for %s, want %q", h.apiVersion, h.kind, info.apiVersion))
 		return
 	}
-	// The first definition wins even if it turns out to be invalid: which
-	// object is used must not change because an unrelated mistake is fixed.
+	// Every definition is recorded, valid or not, so that merge can tell a
+	// duplicate even when one definition is broken.
+	var def *definition
 	if h.name != "" {
-		key := objectKey{h.kind, h.namespace, h.name}
-		if first, dup := l.seen[key]; dup {
-			l.fail(loc, h, fmt.Errorf("%w, first defined at %s", ErrDuplicate, first))
-			return
-		}
-		l.seen[key] = location(loc.file, loc.doc, loc.item)
+		l.defs = append(l.defs, definition{key: objectKey{h.kind, h.namespace, h.name}, loc: loc})
+		def = &l.defs[len(l.defs)-1]
 	}
 
 	obj := info.new()
@@ -432,15 +535,8 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		return
 	}
 	obj.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(info.apiVersion, h.kind))
-	switch o := obj.(type) {
-	case *corev1.Namespace:
-		l.snap.Namespaces = append(l.snap.Namespaces, o)
-	case *corev1.Pod:
-		l.snap.Pods = append(l.snap.Pods, o)
-	case *corev1.Node:
-		l.snap.Nodes = append(l.snap.Nodes, o)
-	case *networkingv1.NetworkPolicy:
-		l.snap.Policies = append(l.snap.Policies, o)
+	if def != nil {
+		def.obj = obj
 	}
 }
 
