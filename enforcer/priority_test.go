@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -33,8 +34,18 @@ func TestChoosePriority(t *testing.T) {
 		}, want: -112},
 		{name: "our own table is ignored", others: []nft.BaseChain{chainAt(nft.FamilyInet, "nftpolicy", "filter", -50)}, want: DefaultPriority},
 		{name: "mangle at -150 is not a filter chain", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "mangle", "filter", -150)}, want: -151},
-		{name: "not ahead of conntrack", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "early", "filter", -200)},
-			wantErr: "no forward priority is both ahead of ip early chain forward (priority -200) and after conntrack"},
+		// Conntrack is not on the forward hook: a chain at or below -200
+		// there is just another chain to be ahead of.
+		{name: "a chain at conntrack's -200", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "early", "filter", -200)}, want: -201},
+		{name: "a raw-priority chain at -300", others: []nft.BaseChain{
+			chainAt(nft.FamilyIPv4, "kube-proxy", "filter", -110), chainAt(nft.FamilyInet, "early", "filter", -300),
+			chainAt(nft.FamilyIPv4, "other", "filter", -301),
+		}, want: -302},
+		{name: "nothing is ahead of the lowest priority", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "first", "filter", math.MinInt32)},
+			wantErr: "no forward priority is ahead of ip first chain forward (priority -2147483648)"},
+		{name: "nothing free below", others: []nft.BaseChain{
+			chainAt(nft.FamilyIPv4, "a", "filter", math.MinInt32+1), chainAt(nft.FamilyIPv4, "b", "route", math.MinInt32),
+		}, wantErr: "no forward priority is ahead of ip a chain forward"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ChoosePriority(tc.others, DefaultTable)
@@ -64,8 +75,13 @@ func TestCheckPriority(t *testing.T) {
 	if len(w) != 1 || !strings.Contains(w[0], "runs after ip kube-proxy chain forward (priority -110)") {
 		t.Errorf("CheckPriority(-50) = %q", w)
 	}
-	if w := CheckPriority(-250, nil, DefaultTable); len(w) != 1 || !strings.Contains(w[0], "before conntrack") {
-		t.Errorf("CheckPriority(-250) = %q", w)
+	// Below -200 is no problem in itself: conntrack is done before forward.
+	if w := CheckPriority(-250, others, DefaultTable); len(w) != 0 {
+		t.Errorf("CheckPriority(-250) = %q, want no warning", w)
+	}
+	w = CheckPriority(-250, append(others, chainAt(nft.FamilyIPv4, "raw", "filter", -300)), DefaultTable)
+	if len(w) != 1 || !strings.Contains(w[0], "runs after ip raw chain forward (priority -300)") {
+		t.Errorf("CheckPriority(-250) with a chain at -300 = %q", w)
 	}
 }
 
