@@ -132,6 +132,10 @@ type Compiler struct {
 	chainOrder []*chainEntry // nil when stale
 	sets       map[string]*setEntry
 	setOrder   []*setEntry // nil when stale
+	// Names of policy and pod chains and of peer sets, held from the plan
+	// of what uses them (a policy's chains and rules, a pod chain) until it
+	// goes, unique by construction (see nameRegistry).
+	chainNames, peerNames *nameRegistry
 
 	touched              touched    // by the current or last Compile call
 	prevTable, lastTable *nft.Table // returned by the last two calls, for Delta
@@ -183,6 +187,8 @@ func NewCompiler(opts Options) *Compiler {
 		podChains:      map[podChainKey]*podChain{},
 		chains:         map[string]*chainEntry{},
 		sets:           map[string]*setEntry{},
+		chainNames:     newNameRegistry(),
+		peerNames:      newNameRegistry(),
 	}
 }
 
@@ -402,8 +408,7 @@ func (c *Compiler) refreshPodChains(ch *changes) {
 		for _, d := range directions {
 			k := podChainKey{key, d.name}
 			if pc, ok := c.podChains[k]; ok {
-				delete(c.podChains, k)
-				c.dropChain(pc.chain.Name)
+				c.dropPodChain(k, pc)
 				ch.dispatch = true
 			}
 		}
@@ -428,13 +433,18 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	old := c.podChains[k]
 	if len(selecting) == 0 {
 		if old != nil {
-			delete(c.podChains, k)
-			c.dropChain(old.chain.Name)
+			c.dropPodChain(k, old)
 			ch.dispatch = true
 		}
 		return
 	}
-	chain := c.podChain(pd, d, selecting)
+	var name string
+	if old != nil {
+		name = old.chain.Name
+	} else {
+		name = c.acquireChainName(d.name+"-pod", pd.namespace, pd.name)
+	}
+	chain := c.podChain(name, pd, d, selecting)
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, chain.Rules, nft.Rule.Equal) {
 		return
 	}
@@ -445,10 +455,18 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	c.putChain(chainSortKey(2, pd.key, d), chain)
 }
 
+// dropPodChain takes the chain of a pod no longer isolated in one direction
+// out of the table, with its name.
+func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
+	delete(c.podChains, k)
+	c.dropChain(pc.chain.Name)
+	c.releaseChainName(k.dir+"-pod", k.pod.namespace, k.pod.name)
+}
+
 // podChain decides one direction for one isolated pod: allowed if any
 // selecting policy's chain set our allow bit.
-func (c *Compiler) podChain(pd *pod, d direction, policyChains []string) *nft.Chain {
-	ch := &nft.Chain{Name: chainName(d.name+"-pod", pd.namespace, pd.name)}
+func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string) *nft.Chain {
+	ch := &nft.Chain{Name: name}
 	ch.Rules = append(ch.Rules, nft.Rule{
 		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
 		Comment: "only our policy chains may set our bits",

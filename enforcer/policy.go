@@ -120,6 +120,15 @@ func (c *Compiler) removePolicy(p *policyState, ch *changes) {
 	if p.active {
 		c.deactivate(p)
 	}
+	// The names its chains and rules hold (see planPolicy) go with it.
+	for _, d := range directions {
+		if p.chains[d.name] != nil {
+			c.releaseChainName(d.name, p.key.namespace, p.key.name)
+		}
+	}
+	for _, u := range p.peerUses {
+		c.releasePeersName(u.key)
+	}
 	delete(c.policies, p.key)
 	delete(c.policyProblems, p.key)
 	byName := c.policiesByNS[p.key.namespace]
@@ -225,7 +234,7 @@ func (c *Compiler) planPolicy(np *networkingv1.NetworkPolicy) *policyState {
 // sets our allow bit and returns to the pod chain.
 func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 	np := p.np
-	ch := &nft.Chain{Name: chainName(d.name, np.Namespace, np.Name)}
+	ch := &nft.Chain{Name: c.acquireChainName(d.name, np.Namespace, np.Name)}
 	allow := []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
 	problem := func(err error) {
 		p.ruleProblems = append(p.ruleProblems, Problem{Object: policyObject(np), Err: err})
@@ -270,8 +279,9 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 			if !usedPeers {
 				usedPeers = true
 				p.peerUses = append(p.peerUses, peerUse{key: key, parsed: parsed})
+				c.acquirePeersName(key)
 			}
-			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: sharedName("peers", key, f)}}
+			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(key, f)}}
 		}
 
 		ports := r.ports

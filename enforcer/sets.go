@@ -2,8 +2,6 @@ package enforcer
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -133,14 +131,6 @@ func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 	return b.String()
 }
 
-// sharedName names a set shared by every rule that uses the same key:
-// `peers-<hash8>-v4`. The hash keeps the name short and stable; the set's
-// comment spells the key out.
-func sharedName(prefix, key string, f nft.IPFamily) string {
-	sum := sha256.Sum256([]byte(key))
-	return prefix + "-" + hex.EncodeToString(sum[:4]) + "-" + familySuffix(f)
-}
-
 // peerSets are the addresses a peer list allows, as one interval set per
 // family.
 type peerSets struct {
@@ -196,7 +186,7 @@ func (c *Compiler) computePeers(e *peerSets) {
 			continue
 		}
 		s := &nft.Set{
-			Name:     sharedName("peers", e.key, f),
+			Name:     c.peersSetName(e.key, f),
 			Comment:  truncateComment("peers " + e.key),
 			Key:      addrKey(f),
 			Interval: true,
@@ -534,22 +524,6 @@ func protoPortKey(f nft.IPFamily) nft.KeyType {
 		return nft.KeyIPv6ProtoPort
 	}
 	return nft.KeyIPv4ProtoPort
-}
-
-// maxReadable bounds the namespace/name part of chain and set names. The
-// kernel allows 256 bytes; the hash keeps truncated names unique and the
-// same from one sync to the next.
-const maxReadable = 64
-
-// chainName is `<prefix>-<hash8>-<namespace>/<name>`, e.g.
-// `ingress-1a2b3c4d-x/allow-web`.
-func chainName(prefix, namespace, name string) string {
-	readable := namespace + "/" + name
-	sum := sha256.Sum256([]byte(prefix + "\x00" + readable))
-	if len(readable) > maxReadable {
-		readable = readable[:maxReadable]
-	}
-	return prefix + "-" + hex.EncodeToString(sum[:4]) + "-" + readable
 }
 
 // maxComment is the longest comment nft keeps (NFT_USERDATA_MAXLEN is 256,
