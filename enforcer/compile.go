@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,13 +108,16 @@ type Compiler struct {
 	podList    []*corev1.Pod
 	policyList []*networkingv1.NetworkPolicy
 
-	namespaces  map[string]labels.Set // with the name label the API server always sets
-	pods        map[objKey]*pod       // the pods that take part in policy
-	podProblems map[objKey][]Problem
-	byNS        map[string][]*pod // participating pods by namespace, sorted by name
-	nsNames     []string          // namespaces with participating pods, sorted
-	localByNS   map[string][]*pod // this node's participating pods by namespace, sorted
-	every       []*pod            // every participating pod, sorted; nil when stale
+	namespaces   map[string]labels.Set // with the name label the API server always sets
+	pods         map[objKey]*pod       // the pods that take part in policy, with the addresses they win
+	claimsByPod  map[objKey]*claim     // the same pods with every address they report
+	claims       addressClaims         // claimsByPod by address
+	podProblems  map[objKey][]Problem
+	addrProblems map[objKey][]Problem // addresses lost to another pod
+	byNS         map[string][]*pod    // participating pods by namespace, sorted by name
+	nsNames      []string             // namespaces with participating pods, sorted
+	localByNS    map[string][]*pod    // this node's participating pods by namespace, sorted
+	every        []*pod               // every participating pod, sorted; nil when stale
 
 	policies       map[objKey]*policyState
 	policiesByNS   map[string][]*policyState // sorted by name
@@ -177,6 +181,9 @@ func NewCompiler(opts Options) *Compiler {
 		namespaces:     map[string]labels.Set{},
 		pods:           map[objKey]*pod{},
 		podProblems:    map[objKey][]Problem{},
+		claimsByPod:    map[objKey]*claim{},
+		claims:         addressClaims{first: map[netip.Addr]*claim{}, more: map[netip.Addr][]*claim{}},
+		addrProblems:   map[objKey][]Problem{},
 		byNS:           map[string][]*pod{},
 		localByNS:      map[string][]*pod{},
 		policies:       map[objKey]*policyState{},
@@ -317,8 +324,16 @@ func (c *Compiler) dropSet(name string) {
 // first, then policies, each in namespace/name order.
 func (c *Compiler) problems() []Problem {
 	var out []Problem
-	for _, k := range slices.SortedFunc(maps.Keys(c.podProblems), compareKeys) {
+	podKeys := slices.Collect(maps.Keys(c.podProblems))
+	for k := range c.addrProblems {
+		if _, ok := c.podProblems[k]; !ok {
+			podKeys = append(podKeys, k)
+		}
+	}
+	slices.SortFunc(podKeys, compareKeys)
+	for _, k := range podKeys {
 		out = append(out, c.podProblems[k]...)
+		out = append(out, c.addrProblems[k]...)
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(c.policyProblems), compareKeys) {
 		out = append(out, c.policyProblems[k].problems()...)

@@ -42,6 +42,26 @@
 // of the pods serving a port name: this node's pods for ingress, every pod
 // for egress, one set per name and protocol) and the dispatch maps.
 //
+// # Names
+//
+// Chains and peer sets are named after what they serve, with a hash to
+// keep names short and stable (`ingress-1a2b3c4d-x/allow-web`,
+// `peers-1a2b3c4d-v4`). A shortened hash is only a hint: a registry
+// (nameRegistry) hands out every such name and knows which key holds it,
+// and a key whose short name another key holds gets a longer hash. Two
+// policies or peer lists never share a chain or a set, however their
+// hashes collide.
+//
+// # Addresses claimed twice
+//
+// Each address speaks for one pod: it is one key of a dispatch map and a
+// member of peer sets as one pod's labels say. When two pods report the
+// same IP (an IP reused while a terminating pod's object lingers), the one
+// that is not terminating wins it, otherwise the newer one, otherwise the
+// first by name; the other takes part with its other addresses only and is
+// reported as a Problem naming both. A terminating pod keeps its address,
+// isolated by its policies, until another pod claims it.
+//
 // # Syncing
 //
 // The Syncer writes the first table whole, then each change as one delta

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,7 @@ func TestIncrementalMatchesFull(t *testing.T) {
 				if diff := gocmp.Diff(problemStrings(wantProblems), problemStrings(gotProblems)); diff != "" {
 					t.Fatalf("step %d (%s): problems differ (-full +incremental):\n%s", step, event, diff)
 				}
+				requireUniqueElements(t, got)
 				if prev != nil {
 					delta := inc.Delta()
 					if diff := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(delta)); diff != "" {
@@ -165,6 +167,22 @@ func sameElements(a, b []nft.Element) bool {
 	return len(a) == len(b) && !slices.ContainsFunc(a, func(e nft.Element) bool { return !slices.Contains(b, e) })
 }
 
+// requireUniqueElements fails when a set holds one key twice, which the
+// kernel refuses (EEXIST) for the whole batch.
+func requireUniqueElements(t *testing.T, table *nft.Table) {
+	t.Helper()
+	for _, s := range table.Sets {
+		seen := map[nft.Element]bool{}
+		for _, e := range s.Elements {
+			key := nft.Element{Addr: e.Addr, Last: e.Last, Proto: e.Proto, Port: e.Port}
+			if seen[key] {
+				t.Fatalf("set %s holds %v twice", s.Name, key)
+			}
+			seen[key] = true
+		}
+	}
+}
+
 func problemStrings(ps []Problem) []string {
 	var out []string
 	for _, p := range ps {
@@ -221,7 +239,11 @@ func (w *world) randomNamespace(name string) *corev1.Namespace {
 }
 
 func (w *world) ip() (string, string) {
-	w.nextIP++
+	// Now and then the address of the last pod again: two pods holding one
+	// address, as when an IP is reused while the old pod's object lingers.
+	if w.nextIP == 0 || w.r.IntN(6) != 0 {
+		w.nextIP++
+	}
 	return fmt.Sprintf("10.1.%d.%d", w.nextIP/200, w.nextIP%200+1), fmt.Sprintf("fd00:1::%x", w.nextIP)
 }
 
@@ -233,6 +255,10 @@ func (w *world) randomPod(ns, name string) *corev1.Pod {
 		}},
 		Spec:   corev1.PodSpec{NodeName: w.pick([]string{testNode, testNode, "node-2"})},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: v4}, {IP: v6}}},
+	}
+	p.CreationTimestamp = metav1.NewTime(time.Unix(int64(1e9+w.r.IntN(3)), 0))
+	if w.r.IntN(6) == 0 {
+		p.DeletionTimestamp = &metav1.Time{Time: time.Unix(2e9, 0)}
 	}
 	var ports []corev1.ContainerPort
 	for i, n := range worldPortNames {

@@ -71,32 +71,44 @@ type podChange struct{ old, new *pod }
 
 func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
 	key := func(p *corev1.Pod) objKey { return objKey{p.Namespace, p.Name} }
+	// The pods that changed, and the addresses they claimed or claim: the
+	// pods these involve are brought to their views once every claim is in
+	// (see resolveAddresses).
+	keys := map[objKey]bool{}
+	addrs := map[netip.Addr]bool{}
 	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *corev1.Pod) {
-		old := c.pods[k]
+		old := c.claimsByPod[k]
 		delete(c.podProblems, k)
-		if p == nil {
-			delete(c.pods, k)
-			if old != nil {
-				c.podChanged(old, nil, ch)
+		var cl *claim
+		if p != nil {
+			view, problems := c.podOf(p)
+			if len(problems) > 0 {
+				c.podProblems[k] = problems
 			}
-			return
+			if view != nil {
+				cl = &claim{view: view, terminating: p.DeletionTimestamp != nil, created: p.CreationTimestamp.Time}
+			}
 		}
-		view, problems := c.podOf(p)
-		if len(problems) > 0 {
-			c.podProblems[k] = problems
+		if old != nil && cl != nil && old.equal(cl) {
+			return // the same claim: what was built from it stays valid
 		}
-		if old != nil && view != nil && old.equal(view) {
-			view = old // keep the object: what was built from it stays valid
+		if old != nil {
+			c.claims.remove(old)
+			for _, ip := range old.view.ips {
+				addrs[ip] = true
+			}
+			delete(c.claimsByPod, k)
 		}
-		if view == nil {
-			delete(c.pods, k)
-		} else {
-			c.pods[k] = view
+		if cl != nil {
+			c.claims.add(cl)
+			for _, ip := range cl.view.ips {
+				addrs[ip] = true
+			}
+			c.claimsByPod[k] = cl
 		}
-		if old != view {
-			c.podChanged(old, view, ch)
-		}
+		keys[k] = true
 	})
+	c.resolveAddresses(keys, addrs, ch)
 }
 
 // podChanged updates the indexes for a pod whose view changed from old to

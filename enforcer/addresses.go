@@ -1,0 +1,179 @@
+package enforcer
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// This file decides which pod an address belongs to when several pods
+// claim it.
+//
+// Two pods can hold one IP for a while in a real cluster: the IP of a pod
+// that is terminating (or whose object lingers after its node died) is
+// handed to a new pod before the old object is gone. An address is one
+// entry of a dispatch map and one member of a peer set, so it can speak
+// for one pod only: two isolated pods of this node with one address made
+// the kernel refuse every batch (EEXIST), and a peer set would let the new
+// pod in under the old pod's labels.
+//
+// So each address is given to one claimant, the same whatever the order
+// events arrived in:
+//
+//  1. a pod that is not terminating wins over one that is: the IP has
+//     been handed on, and the new holder is the one sending from it;
+//  2. otherwise the newer pod (by creation time) wins;
+//  3. otherwise the first by namespace/name, only so that the choice is
+//     deterministic.
+//
+// The losers take part in policy with their other addresses only (a pod
+// left without any takes no part), and each is reported as a Problem
+// naming both pods. A terminating pod is otherwise an ordinary pod: its
+// address stays isolated by its own policies, and counts as its labels
+// say in peer sets, until another pod claims the address.
+
+// A claim is a pod's view with all the addresses it reports, and what
+// ranks it against another pod reporting one of them.
+type claim struct {
+	view        *pod // every address the pod reports
+	terminating bool
+	created     time.Time
+}
+
+// outranks reports whether a wins an address over b.
+func (a *claim) outranks(b *claim) bool {
+	if a.terminating != b.terminating {
+		return b.terminating
+	}
+	if !a.created.Equal(b.created) {
+		return a.created.After(b.created)
+	}
+	return compareKeys(a.view.key, b.view.key) < 0
+}
+
+func (a *claim) equal(b *claim) bool {
+	return a.terminating == b.terminating && a.created.Equal(b.created) && a.view.equal(b.view)
+}
+
+// addressClaims index the claims of every participating pod by address.
+// Almost every address has one claimant, kept in first; the rare others
+// are in more, so the index costs a pointer per address.
+type addressClaims struct {
+	first map[netip.Addr]*claim
+	more  map[netip.Addr][]*claim
+}
+
+func (a *addressClaims) add(c *claim) {
+	for _, ip := range c.view.ips {
+		if a.first[ip] == nil {
+			a.first[ip] = c
+		} else {
+			a.more[ip] = append(a.more[ip], c)
+		}
+	}
+}
+
+func (a *addressClaims) remove(c *claim) {
+	for _, ip := range c.view.ips {
+		more := a.more[ip]
+		if a.first[ip] == c {
+			if len(more) == 0 {
+				delete(a.first, ip)
+				continue
+			}
+			a.first[ip], more = more[0], more[1:]
+		} else {
+			more = slices.DeleteFunc(more, func(o *claim) bool { return o == c })
+		}
+		if len(more) == 0 {
+			delete(a.more, ip)
+		} else {
+			a.more[ip] = slices.Clip(more)
+		}
+	}
+}
+
+// claimants lists every claim of ip.
+func (a *addressClaims) claimants(ip netip.Addr) []*claim {
+	if a.first[ip] == nil {
+		return nil
+	}
+	return append([]*claim{a.first[ip]}, a.more[ip]...)
+}
+
+// winner is the claim ip belongs to, nil when nobody claims it.
+func (a *addressClaims) winner(ip netip.Addr) *claim {
+	best := a.first[ip]
+	for _, o := range a.more[ip] {
+		if o.outranks(best) {
+			best = o
+		}
+	}
+	return best
+}
+
+// resolveAddresses brings the pods whose claims changed, and every pod
+// claiming one of the addresses involved, to the view they take part in
+// policy with: their own addresses only.
+func (c *Compiler) resolveAddresses(keys map[objKey]bool, addrs map[netip.Addr]bool, ch *changes) {
+	for ip := range addrs {
+		for _, o := range c.claims.claimants(ip) {
+			keys[o.view.key] = true
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(keys), compareKeys) {
+		delete(c.addrProblems, k)
+		var view *pod
+		if cl := c.claimsByPod[k]; cl != nil {
+			view = c.effectiveView(cl)
+		}
+		old := c.pods[k]
+		if old != nil && view != nil && old.equal(view) {
+			continue // keep the object: what was built from it stays valid
+		}
+		if old == nil && view == nil {
+			continue
+		}
+		if view == nil {
+			delete(c.pods, k)
+		} else {
+			c.pods[k] = view
+		}
+		c.podChanged(old, view, ch)
+	}
+}
+
+// effectiveView is cl's view without the addresses another pod wins, nil
+// when none is left. Each address lost is a problem of cl's pod.
+func (c *Compiler) effectiveView(cl *claim) *pod {
+	var kept []netip.Addr
+	for _, ip := range cl.view.ips {
+		w := c.claims.winner(ip)
+		if w == cl {
+			kept = append(kept, ip)
+			continue
+		}
+		why := "newer"
+		if cl.terminating && !w.terminating {
+			why = "not terminating"
+		} else if w.created.Equal(cl.created) {
+			why = "first by name"
+		}
+		c.addrProblems[cl.view.key] = append(c.addrProblems[cl.view.key], Problem{
+			Object: "Pod " + cl.view.key.String(),
+			Err: fmt.Errorf("pod IP %s is also held by Pod %s, which wins it (%s): policy treats the address as that pod's",
+				ip, w.view.key, why),
+		})
+	}
+	switch len(kept) {
+	case len(cl.view.ips):
+		return cl.view
+	case 0:
+		return nil
+	}
+	v := *cl.view
+	v.ips = kept
+	return &v
+}
