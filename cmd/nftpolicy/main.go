@@ -6,13 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,6 +43,7 @@ type config struct {
 	priority         enforcer.PrioritySetting
 	markMask         uint32
 	allowMarkOverlap bool
+	allowEmpty       bool
 	table            string
 	logLevel         zapcore.Level
 	healthAddr       string
@@ -101,6 +106,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy %s: %v\n", cmd, err)
+		var partial *partialError
+		if errors.As(err, &partial) {
+			return exitPartial
+		}
 		return 1
 	}
 	return 0
@@ -110,7 +119,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	cfg := &config{table: enforcer.DefaultTable, logLevel: zapcore.InfoLevel}
 	fs := flag.NewFlagSet("nftpolicy "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.netns, "netns", "", "network namespace to program: a name under /run/netns or a path (default: the current one)")
+	fs.StringVar(&cfg.netns, "netns", "", "network namespace to program: a name under /run/netns or a path (default: the current one); entering it (setns) needs CAP_SYS_ADMIN besides CAP_NET_ADMIN")
 	fs.Func("log-level", "debug, info, warn or error; debug logs the rendered ruleset of every sync", func(s string) error {
 		return cfg.logLevel.Set(s)
 	})
@@ -123,6 +132,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
+	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "program an empty table when --manifests holds no objects, which enforces nothing (without it apply and dump fail, and run keeps the last programmed state)")
 	if cmd == "run" {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how often to check the manifests directory for changes")
@@ -136,6 +146,11 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if cmd == "run" {
+		if err := cfg.checkDurations(); err != nil {
+			return nil, err
+		}
+	}
 	// The source: --manifests or --kubeconfig, else in-cluster when the
 	// kubelet has told us where the API server is.
 	switch {
@@ -147,8 +162,20 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		}
 		cfg.inCluster = true
 	}
-	if cfg.node == "" {
-		cfg.node = os.Getenv("NODE_NAME")
+	// An empty node name given on purpose is a configuration mistake (the
+	// systemd environment file ships NODE_NAME= for the operator to fill
+	// in), not a request for the hostname: a wrong node enforces nothing.
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "node" })
+	env, envSet := os.LookupEnv("NODE_NAME")
+	switch {
+	case given && cfg.node == "":
+		return nil, errors.New("--node is empty: give this node's name as in `kubectl get nodes`")
+	case given:
+	case envSet && env == "":
+		return nil, errors.New("$NODE_NAME is set but empty: set it to this node's name as in `kubectl get nodes` (in /etc/default/nftpolicy under systemd), or unset it to use the hostname")
+	default:
+		cfg.node = env
 	}
 	if cfg.node == "" {
 		h, err := os.Hostname()
@@ -161,6 +188,9 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		cfg.priority.Auto = true
 	} else {
 		v, err := strconv.ParseInt(*prio, 0, 32)
+		if errors.Is(err, strconv.ErrRange) {
+			return nil, fmt.Errorf("--priority %q: out of range: a priority is a 32-bit signed number (%d to %d)", *prio, math.MinInt32, math.MaxInt32)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--priority %q: want auto or a number", *prio)
 		}
@@ -168,13 +198,38 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	}
 	m, err := strconv.ParseUint(*mask, 0, 32)
 	if err != nil {
-		return nil, fmt.Errorf("--mark-mask %q: %w", *mask, err)
+		return nil, fmt.Errorf("--mark-mask %q: want a 32-bit mask such as 0x%08x: %w", *mask, enforcer.DefaultMarkMask, err)
 	}
 	cfg.markMask = uint32(m)
 	if err := enforcer.CheckMarkMask(cfg.markMask, cfg.allowMarkOverlap); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// checkDurations refuses durations the loops cannot run with: a ticker of a
+// non-positive interval panics, and a negative wait means nothing.
+func (c *config) checkDurations() error {
+	for _, d := range []struct {
+		flag     string
+		v        time.Duration
+		zeroOK   bool
+		zeroMean string
+	}{
+		{"--poll", c.poll, false, ""},
+		{"--debounce", c.debounce, true, ""},
+		{"--max-delay", c.maxDelay, true, ""},
+		{"--drift-check", c.driftCheck, true, " (0 turns it off)"},
+	} {
+		if d.v < 0 || d.v == 0 && !d.zeroOK {
+			want := "positive"
+			if d.zeroOK {
+				want = "zero or positive"
+			}
+			return fmt.Errorf("%s %v: want a %s duration%s", d.flag, d.v, want, d.zeroMean)
+		}
+	}
+	return nil
 }
 
 func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
@@ -189,36 +244,143 @@ func (c *config) options() enforcer.Options {
 }
 
 // load reads the manifests, or lists the API server, logging every object
-// it had to leave out.
-func load(cfg *config, log *zap.Logger) (*k8s.Snapshot, error) {
+// it had to leave out. Manifests that hold no object are an error unless
+// --allow-empty is given: an empty table enforces nothing.
+func load(cfg *config, log *zap.Logger) (*k8s.Snapshot, []*k8s.ObjectError, error) {
 	if cfg.manifests == "" {
 		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer cancel()
 		in, err := startInformers(ctx, cfg, log)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return in.Snapshot(), nil
+		return in.Snapshot(), nil, nil
 	}
 	snap, objErrs, err := k8s.LoadDir(cfg.manifests)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	logObjectErrors(log, objErrs)
-	return snap, nil
+	if isEmpty(snap) {
+		if !cfg.allowEmpty {
+			return nil, nil, fmt.Errorf("%s holds no objects (%d skipped): an empty table enforces nothing; give --allow-empty if that is meant", cfg.manifests, len(objErrs))
+		}
+		log.Warn("the manifests hold no objects: the table enforces nothing (--allow-empty)", zap.String("dir", cfg.manifests))
+	}
+	return snap, objErrs, nil
 }
 
+// isEmpty reports whether a snapshot holds no object at all: an empty
+// directory, or one whose files hold nothing usable.
+func isEmpty(snap *k8s.Snapshot) bool {
+	return len(snap.Namespaces)+len(snap.Pods)+len(snap.Nodes)+len(snap.Policies) == 0
+}
+
+// logObjectErrors logs each manifest object left out. Kinds nftpolicy does
+// not read (a Service, a Deployment) are logged at info level: a directory
+// may be shared with other manifests.
 func logObjectErrors(log *zap.Logger, objErrs []*k8s.ObjectError) {
 	for _, e := range objErrs {
-		log.Warn("skipped a manifest object", zap.String("at", e.Location()), zap.String("object", e.Object()), zap.Error(e.Err))
+		fields := []zap.Field{k8s.NameField("at", e.Location()), k8s.NameField("object", e.Object()), k8s.ErrorField(e.Err)}
+		if errors.Is(e, k8s.ErrUnsupportedKind) {
+			log.Info("ignored a manifest object of a kind nftpolicy does not read", fields...)
+			continue
+		}
+		log.Warn("skipped a manifest object", fields...)
 	}
+}
+
+// maxListedNodes bounds the node names an unknown-node warning lists.
+const maxListedNodes = 10
+
+// unknownNode returns an error when no Node object and no pod's
+// spec.nodeName carries node: nothing would be enforced, which almost
+// always means a wrong --node or $NODE_NAME. It lists the names the source
+// does know, at most maxListedNodes of them.
+func unknownNode(node string, snap *k8s.Snapshot) error {
+	known := map[string]bool{}
+	for _, n := range snap.Nodes {
+		known[n.Name] = true
+	}
+	for _, p := range snap.Pods {
+		if p.Spec.NodeName != "" {
+			known[p.Spec.NodeName] = true
+		}
+	}
+	if known[node] {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(known))
+	list := "none"
+	if len(names) > 0 {
+		shown := names[:min(len(names), maxListedNodes)]
+		for i, n := range shown {
+			shown[i] = strconv.Quote(k8s.Shorten(n, 64))
+		}
+		list = strings.Join(shown, ", ")
+		if more := len(names) - len(shown); more > 0 {
+			list += fmt.Sprintf(" and %d more", more)
+		}
+	}
+	return fmt.Errorf("node %q matches no Node and no pod, so nothing is enforced on it; check --node or $NODE_NAME (nodes known: %s)", k8s.Shorten(node, 256), list)
+}
+
+// exitPartial is the exit code of apply and dump when they programmed or
+// printed the ruleset but left something out; 1 is "nothing programmed".
+const exitPartial = 3
+
+// A partialError lists what apply or dump left out of what it did.
+type partialError struct{ summary string }
+
+func (e *partialError) Error() string { return e.summary }
+
+// maxSummaryLine bounds each line of a partialError: a name can be 20 KB.
+const maxSummaryLine = 1024
+
+// leftOut returns a partialError naming every manifest object and every
+// part of the snapshot that was skipped, and an unknown node; nil when
+// nothing was. Kinds nftpolicy does not read are not counted.
+func leftOut(objErrs []*k8s.ObjectError, problems []enforcer.Problem, nodeErr error) error {
+	var lines []string
+	for _, e := range objErrs {
+		if !errors.Is(e, k8s.ErrUnsupportedKind) {
+			lines = append(lines, k8s.Shorten(e.Error(), maxSummaryLine))
+		}
+	}
+	for _, p := range problems {
+		lines = append(lines, k8s.Shorten(p.Error(), maxSummaryLine))
+	}
+	var parts []string
+	if nodeErr != nil {
+		parts = append(parts, nodeErr.Error())
+	}
+	if len(lines) > 0 {
+		parts = append(parts, fmt.Sprintf("%d skipped (the rest is in effect):\n  %s", len(lines), strings.Join(lines, "\n  ")))
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return &partialError{strings.Join(parts, "\n")}
+}
+
+// checkNode warns about an unknown node in a snapshot that holds objects.
+func checkNode(cfg *config, snap *k8s.Snapshot, log *zap.Logger) error {
+	if isEmpty(snap) {
+		return nil
+	}
+	err := unknownNode(cfg.node, snap)
+	if err != nil {
+		log.Warn("this node is unknown to the source", k8s.NameField("node", cfg.node), k8s.ErrorField(err))
+	}
+	return err
 }
 
 func dump(cfg *config, stdout io.Writer, log *zap.Logger) error {
-	snap, err := load(cfg, log)
+	snap, objErrs, err := load(cfg, log)
 	if err != nil {
 		return err
 	}
+	nodeErr := checkNode(cfg, snap, log)
 	opts := cfg.options()
 	// dump never touches the kernel: an auto priority is shown as it would
 	// be with no other chain on the hook.
@@ -228,15 +390,18 @@ func dump(cfg *config, stdout io.Writer, log *zap.Logger) error {
 	}
 	table, problems := enforcer.Compile(snap, opts)
 	enforcer.LogProblems(log, problems)
-	_, err = io.WriteString(stdout, nft.Render(table))
-	return err
+	if _, err := io.WriteString(stdout, nft.Render(table)); err != nil {
+		return err
+	}
+	return leftOut(objErrs, problems, nodeErr)
 }
 
 func apply(cfg *config, log *zap.Logger) error {
-	snap, err := load(cfg, log)
+	snap, objErrs, err := load(cfg, log)
 	if err != nil {
 		return fmt.Errorf("nothing programmed: %w", err)
 	}
+	nodeErr := checkNode(cfg, snap, log)
 	conn, err := nft.Open(cfg.netns)
 	if err != nil {
 		return fmt.Errorf("nothing programmed: %w", err)
@@ -259,7 +424,7 @@ func apply(cfg *config, log *zap.Logger) error {
 	}
 	log.Info("programmed table", zap.String("table", "inet "+table.Name), zap.Int32("priority", opts.Priority),
 		zap.Int("messages", batch.Messages), zap.Duration("apply", time.Since(start)))
-	return nil
+	return leftOut(objErrs, problems, nodeErr)
 }
 
 // releaseAfterFirstSync hands the memory of the first sync back to the
@@ -305,13 +470,14 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 	}
 	defer conn.Close()
 	s := enforcer.NewSyncer(conn, cfg.options(), cfg.priority, log)
+	src := &sourceState{}
 
 	if cfg.healthAddr != "" {
 		ln, err := net.Listen("tcp", cfg.healthAddr)
 		if err != nil {
 			return fmt.Errorf("--health-addr: %w", err)
 		}
-		srv := &http.Server{Handler: healthHandler(s), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: healthHandler(s, src), ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
 		log.Info("serving health", zap.String("addr", ln.Addr().String()))
@@ -327,9 +493,9 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 			}
 			return err
 		}
-		updates = in.Watch(ctx)
+		updates = checkSnapshots(ctx, cfg, log, src, in.Watch(ctx))
 	} else {
-		updates = watchManifests(ctx, cfg, log)
+		updates = watchManifests(ctx, cfg, log, src)
 	}
 	go releaseAfterFirstSync(ctx, s)
 	s.Run(ctx, updates, enforcer.Timing{
@@ -339,20 +505,136 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 	return nil
 }
 
-// watchManifests turns the directory's changes into snapshots. A directory
-// that cannot be read is logged and skipped: the last programmed state
-// stays.
-func watchManifests(ctx context.Context, cfg *config, log *zap.Logger) <-chan *k8s.Snapshot {
+// A sourceState is the source's side of /readyz: why the snapshots it hands
+// the Syncer are not the source's current, complete content, or why they
+// enforce nothing. The Syncer reports its own side (Syncer.Status).
+type sourceState struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (st *sourceState) set(err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.err = err
+}
+
+func (st *sourceState) get() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
+}
+
+// sourceProblems joins the problems of a source under its name, e.g.
+// "manifests source: /etc/nftpolicy/manifests: ..."; nil when there are none.
+func sourceProblems(source string, problems ...error) error {
+	if err := errors.Join(problems...); err != nil {
+		return fmt.Errorf("%s: %w", source, err)
+	}
+	return nil
+}
+
+// A nodeWatch checks each snapshot for an unknown --node and logs when
+// that changes, not at every snapshot.
+type nodeWatch struct {
+	node string
+	log  *zap.Logger
+	err  error
+}
+
+func (nw *nodeWatch) check(snap *k8s.Snapshot) error {
+	var err error
+	if !isEmpty(snap) {
+		err = unknownNode(nw.node, snap)
+	}
+	switch {
+	case err != nil && (nw.err == nil || nw.err.Error() != err.Error()):
+		nw.log.Warn("this node is unknown to the source: nothing is enforced on it", k8s.NameField("node", nw.node), k8s.ErrorField(err))
+	case err == nil && nw.err != nil:
+		nw.log.Info("this node is known to the source again", k8s.NameField("node", nw.node))
+	}
+	nw.err = err
+	return err
+}
+
+// checkSnapshots passes on the informers' snapshots and makes an unknown
+// node a reason not to be ready.
+func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState, in <-chan *k8s.Snapshot) <-chan *k8s.Snapshot {
+	out := make(chan *k8s.Snapshot)
+	go func() {
+		nw := &nodeWatch{node: cfg.node, log: log}
+		for {
+			select {
+			case snap, ok := <-in:
+				if !ok {
+					return
+				}
+				src.set(sourceProblems("API source", nw.check(snap)))
+				select {
+				case out <- snap:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// watchManifests turns the directory's changes into snapshots for the
+// Syncer, and keeps src telling why they are not the directory's current
+// content.
+//
+//   - A file or the directory that cannot be read or parsed keeps its last
+//     good objects (k8s.WatchDir); the error is logged each time WatchDir
+//     repeats it, with backoff, and makes the daemon not ready.
+//   - A directory that holds no object (recreated empty, every file
+//     removed) is not programmed without --allow-empty: an empty table
+//     opens every pod. The last programmed state stays, and the daemon is
+//     not ready until objects come back.
+//   - An unknown --node is logged and makes the daemon not ready.
+func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState) <-chan *k8s.Snapshot {
 	snapshots := make(chan *k8s.Snapshot)
 	go func() {
+		nw := &nodeWatch{node: cfg.node, log: log}
+		var seen, sent *k8s.Snapshot // last from WatchDir, last to the Syncer
+		var nodeErr error            // of the last snapshot sent
 		for u := range k8s.WatchDir(ctx, cfg.manifests, cfg.poll) {
+			var problems []error
 			if u.Err != nil {
-				log.Error("cannot read manifests; keeping the last programmed state", zap.Error(u.Err))
+				// Metrics: count source errors here once the daemon has
+				// metrics (nftpolicy_source_errors_total{source="manifests"}).
+				log.Error("cannot read all of the manifests; what cannot be read keeps its last good objects",
+					zap.String("dir", cfg.manifests), k8s.ErrorField(u.Err))
+				problems = append(problems, u.Err)
+			}
+			snap := u.Snapshot
+			if snap != nil && snap != seen {
+				seen = snap
+				logObjectErrors(log, u.Errors)
+				if isEmpty(snap) && cfg.allowEmpty {
+					log.Warn("the manifests hold no objects: programming an empty table, which enforces nothing (--allow-empty)", zap.String("dir", cfg.manifests))
+				} else if isEmpty(snap) {
+					log.Error("the manifests hold no objects; keeping the last programmed state (--allow-empty would program an empty table, which enforces nothing)",
+						zap.String("dir", cfg.manifests), zap.Int("skipped", len(u.Errors)))
+				}
+			}
+			if snap != nil && isEmpty(snap) && !cfg.allowEmpty {
+				problems = append(problems, fmt.Errorf("%s holds no objects; keeping the last programmed state (--allow-empty to program an empty table)", cfg.manifests))
+				snap = nil
+			}
+			if snap != nil && snap != sent {
+				nodeErr = nw.check(snap)
+			}
+			src.set(sourceProblems("manifests source", append(problems, nodeErr)...))
+			if snap == nil || snap == sent {
 				continue
 			}
-			logObjectErrors(log, u.Errors)
+			sent = snap
 			select {
-			case snapshots <- u.Snapshot:
+			case snapshots <- snap:
 			case <-ctx.Done():
 				return
 			}
@@ -390,25 +672,38 @@ func startInformers(ctx context.Context, cfg *config, log *zap.Logger) (*k8s.Inf
 	return in, nil
 }
 
-// healthHandler serves /healthz (the process is alive) and /readyz (the
-// latest sync succeeded). /readyz's body is "synced generation N", N
-// counting successful syncs, one per change of the manifests, so a test can
-// wait for the sync that follows its change instead of sleeping.
-func healthHandler(s *enforcer.Syncer) http.Handler {
+// healthHandler serves /healthz (the process is alive) and /readyz: ready
+// when the latest sync succeeded and the source has no problem (src), each
+// reason for not being ready on a line of its own, e.g.
+//
+//	manifests source: stat /etc/nftpolicy/manifests/x.yaml: too many levels of symbolic links; keeping the objects it held before
+//	synced generation 4
+//
+// The last line is "synced generation N" once a sync succeeded, N counting
+// successful syncs, one per change of the manifests, so a test can wait for
+// the sync that follows its change instead of sleeping.
+func healthHandler(s *enforcer.Syncer, src *sourceState) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		gen, err := s.Status()
+		var reasons []string
+		if srcErr := src.get(); srcErr != nil {
+			reasons = append(reasons, strings.TrimSpace(srcErr.Error()))
+		}
 		switch {
 		case err != nil:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "last sync failed: %s\nsynced generation %d\n", strings.TrimSpace(err.Error()), gen)
+			reasons = append(reasons, "last sync failed: "+strings.TrimSpace(err.Error()))
 		case gen == 0:
+			reasons = append(reasons, "not synced yet")
+		}
+		if len(reasons) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "not synced yet\n")
-		default:
+			io.WriteString(w, strings.Join(reasons, "\n")+"\n")
+		}
+		if gen > 0 {
 			fmt.Fprintf(w, "synced generation %d\n", gen)
 		}
 	})
