@@ -4,33 +4,51 @@
 //
 // # Commands
 //
-//	nftpolicy apply   [--manifests DIR | --kubeconfig FILE] [--node NAME] [--netns NAME|PATH] [--priority auto|N] [--mark-mask 0xM]
-//	nftpolicy run     (the flags of apply) [--health-addr ADDR] [--poll D] [--debounce D]
+//	nftpolicy apply   [--manifests DIR | --kubeconfig FILE] [--node NAME] [--netns NAME|PATH] [--priority auto|N] [--mark-mask 0xM] [--allow-empty]
+//	nftpolicy run     (the flags of apply) [--health-addr ADDR] [--poll D] [--debounce D] [--max-delay D] [--drift-check D]
 //	nftpolicy dump    (the flags of apply): print the ruleset as nft text, touching nothing
 //	nftpolicy cleanup [--netns NAME|PATH]: delete table inet nftpolicy
 //	nftpolicy version
 //
 // The cluster comes from --manifests (a directory of YAML), --kubeconfig (an
 // API server), or, with neither, the in-cluster configuration when
-// $KUBERNETES_SERVICE_HOST is set, as in the DaemonSet.
+// $KUBERNETES_SERVICE_HOST is set, as in the DaemonSet. --netns enters
+// another network namespace with setns, which needs CAP_SYS_ADMIN besides
+// CAP_NET_ADMIN.
 //
 // apply programs the ruleset for the pods of --node (default $NODE_NAME, then
-// the hostname) and exits 0; it exits 1 when nothing could be programmed
-// (unreadable directory, missing namespace, refused batch) and 2 for bad
-// flags, including a --mark-mask that overlaps a known component's bits
-// without --allow-mark-overlap. Manifest objects that fail validation are
-// reported with their file, document, kind and name, and left out; the
-// others are programmed.
+// the hostname; an empty --node, or a $NODE_NAME set but empty, is refused).
+// Exit codes:
 //
-// run does the same and then follows the directory, re-applying within
-// --poll + --debounce of a change. /readyz on --health-addr answers 200
-// "synced generation N" once the current manifests are programmed. SIGTERM
-// and SIGINT stop it and leave the table in place, so pods stay protected
-// across restarts.
+//   - 0: everything was programmed;
+//   - 1: nothing was programmed (unreadable directory, a directory with no
+//     objects and no --allow-empty, missing namespace, refused batch);
+//   - 2: bad flags, including a --mark-mask that overlaps a known
+//     component's bits without --allow-mark-overlap, and a non-positive
+//     --poll or negative duration;
+//   - 3: the ruleset was programmed but something was left out: manifest
+//     objects that fail validation or are duplicates, parts the compiler
+//     skipped, or a --node that no Node and no pod names. The last lines
+//     of stderr sum them up, one per object; objects of kinds nftpolicy
+//     does not read (a Service) are logged and not counted.
+//
+// dump prints the ruleset and exits with the same codes.
+//
+// run does the same and then follows the source, re-applying within
+// --poll + --debounce of a change (a change of the directory is loaded
+// once two polls in a row read it alike). /readyz on --health-addr
+// answers 200 "synced generation N" once the current manifests are
+// programmed, and 503 with one reason per line otherwise: a sync that
+// failed, a file or directory that cannot be read or parsed (its last good
+// objects stay programmed and the error is logged again with backoff), a
+// directory that holds no objects (the last programmed state stays unless
+// --allow-empty), or an unknown --node. SIGTERM and SIGINT stop it and
+// leave the table in place, so pods stay protected across restarts.
 //
 // # Priority
 //
 // --priority auto reads every base chain on the forward hook and places ours
 // strictly ahead of every other filter chain, at a priority no other chain
-// uses, and after conntrack (-200). With no other chain it is filter - 5.
+// uses; conntrack is not on the forward hook (it runs at prerouting and
+// output), so there is no lower bound. With no other chain it is filter - 5.
 package main
