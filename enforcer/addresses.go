@@ -95,6 +95,16 @@ func (a *addressClaims) remove(c *claim) {
 	}
 }
 
+// contested reports whether another pod claims one of ips too.
+func (a *addressClaims) contested(ips []netip.Addr) bool {
+	for _, ip := range ips {
+		if len(a.more[ip]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // claimants lists every claim of ip.
 func (a *addressClaims) claimants(ip netip.Addr) []*claim {
 	if a.first[ip] == nil {
@@ -124,25 +134,30 @@ func (c *Compiler) resolveAddresses(keys map[objKey]bool, addrs map[netip.Addr]b
 		}
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(keys), compareKeys) {
-		delete(c.addrProblems, k)
-		var view *pod
-		if cl := c.claimsByPod[k]; cl != nil {
-			view = c.effectiveView(cl)
-		}
-		old := c.pods[k]
-		if old != nil && view != nil && old.equal(view) {
-			continue // keep the object: what was built from it stays valid
-		}
-		if old == nil && view == nil {
-			continue
-		}
-		if view == nil {
-			delete(c.pods, k)
-		} else {
-			c.pods[k] = view
-		}
-		c.podChanged(old, view, ch)
+		c.resolvePod(k, ch)
 	}
+}
+
+// resolvePod brings the pod of k to the view it takes part in policy with,
+// as its claim (if any) and the others on its addresses decide.
+func (c *Compiler) resolvePod(k objKey, ch *changes) {
+	delete(c.addrProblems, k)
+	var view *pod
+	if cl := c.claimsByPod[k]; cl != nil {
+		view = c.effectiveView(cl)
+	}
+	old := c.pods[k]
+	switch {
+	case old == nil && view == nil:
+		return
+	case old != nil && view != nil && old.equal(view):
+		return // keep the object: what was built from it stays valid
+	case view == nil:
+		delete(c.pods, k)
+	default:
+		c.pods[k] = view
+	}
+	c.podChanged(old, view, ch)
 }
 
 // effectiveView is cl's view without the addresses another pod wins, nil

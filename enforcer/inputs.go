@@ -71,11 +71,13 @@ type podChange struct{ old, new *pod }
 
 func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
 	key := func(p *corev1.Pod) objKey { return objKey{p.Namespace, p.Name} }
-	// The pods that changed, and the addresses they claimed or claim: the
-	// pods these involve are brought to their views once every claim is in
-	// (see resolveAddresses).
-	keys := map[objKey]bool{}
-	addrs := map[netip.Addr]bool{}
+	// A pod whose addresses nobody else claims, before or after, is
+	// brought to its view at once. Where an address is contested, the
+	// pods that changed and the addresses involved are resolved once every
+	// claim is in (see resolveAddresses); maps only for those, as a full
+	// compile would otherwise build two entries per pod of the cluster.
+	var keys map[objKey]bool
+	var addrs map[netip.Addr]bool
 	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *corev1.Pod) {
 		old := c.claimsByPod[k]
 		delete(c.podProblems, k)
@@ -92,23 +94,35 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
 		if old != nil && cl != nil && old.equal(cl) {
 			return // the same claim: what was built from it stays valid
 		}
+		contested := old != nil && c.claims.contested(old.view.ips)
 		if old != nil {
 			c.claims.remove(old)
-			for _, ip := range old.view.ips {
-				addrs[ip] = true
-			}
 			delete(c.claimsByPod, k)
 		}
 		if cl != nil {
 			c.claims.add(cl)
-			for _, ip := range cl.view.ips {
-				addrs[ip] = true
-			}
 			c.claimsByPod[k] = cl
+			contested = contested || c.claims.contested(cl.view.ips)
+		}
+		if !contested {
+			c.resolvePod(k, ch)
+			return
+		}
+		if keys == nil {
+			keys, addrs = map[objKey]bool{}, map[netip.Addr]bool{}
 		}
 		keys[k] = true
+		for _, o := range []*claim{old, cl} {
+			if o != nil {
+				for _, ip := range o.view.ips {
+					addrs[ip] = true
+				}
+			}
+		}
 	})
-	c.resolveAddresses(keys, addrs, ch)
+	if keys != nil {
+		c.resolveAddresses(keys, addrs, ch)
+	}
 }
 
 // podChanged updates the indexes for a pod whose view changed from old to
