@@ -48,7 +48,12 @@
 // observed and their difference. Cases with updates (edit or delete a
 // policy, change pod or namespace labels) check the matrix after every
 // update, and the suite refuses an update whose expected matrix does not
-// change. Each topology logs a summary line: matrices, probes, retries and
-// how many retries recovered. SCTP is probed with raw INIT packets counted
-// in the destination pod (netns.Cluster.ProbeSCTP).
+// change.
+//
+// Only a blocked probe of an allowed cell is retried (packets can be
+// lost). A probe that got through where policy denies it is a leak: never
+// retried, it fails the test. Each topology logs a summary line: matrices,
+// probes, retries, how many were blocked then passed, and leaks. SCTP is
+// probed with raw INIT packets counted in the destination pod
+// (netns.Cluster.ProbeSCTP).
 package e2e

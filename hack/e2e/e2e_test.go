@@ -52,6 +52,7 @@ type env struct {
 	mu                 sync.Mutex
 	matrices, probes   int
 	retries, recovered int
+	leaks              int
 	flakes             []string
 	lastWant           string // expectations of the last check, see update
 	updated            bool   // an update has not been checked yet
@@ -101,7 +102,7 @@ func newEnv(t *testing.T, topo topology) *env {
 	t.Cleanup(func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		t.Logf("summary: %d matrices, %d probes, %d retried, %d recovered on retry", e.matrices, e.probes, e.retries, e.recovered)
+		t.Logf("summary: %d matrices, %d probes, %d retried (blocked where allowed), %d blocked then passed, %d leaks (never retried)", e.matrices, e.probes, e.retries, e.recovered, e.leaks)
 		for _, f := range e.flakes {
 			t.Logf("recovered on retry: %s", f)
 		}
@@ -212,6 +213,7 @@ func (e *env) check(checks ...check) {
 		e.probes += len(keys)*len(keys) + r.got.Retries
 		e.retries += r.got.Retries
 		e.recovered += r.got.Recovered
+		e.leaks += len(r.got.Leaks)
 		for _, f := range r.got.Flakes {
 			e.flakes = append(e.flakes, fmt.Sprintf("%s %s/%d %s", r.fam, r.c.proto, r.c.port, f))
 		}

@@ -111,8 +111,9 @@
 // retries a failed probe once: Matrix.Retries counts retries and
 // Matrix.Recovered retries that then got through, which should stay 0 on a
 // healthy machine. ProbeMatrixExpect, given the expected matrix, retries
-// only the probes whose result differs from it (blocked cells expected
-// blocked cost one timeout, not two). Harness failures (as opposed to
+// only blocked probes the expectation allows (packets can be lost); a probe
+// that got through where the expectation blocks it is a leak, never
+// retried, and listed in Matrix.Leaks (printed "LEAK:"). Harness failures (as opposed to
 // blocked traffic) land in Matrix.Errors. A Matrix (rows from, columns to,
 // keys "namespace/pod") is also the expectation: NewMatrix, Set, Expect with
 // "ns/pod" patterns, Equal, and Diff, which prints expected, observed and

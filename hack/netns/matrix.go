@@ -17,14 +17,18 @@ type Matrix struct {
 	// Family, Proto and Port describe the probes (empty for an expectation).
 	Family, Proto string
 	Port          int
-	// Retries counts probes that were tried again: by ProbeMatrix those that
-	// failed, by ProbeMatrixExpect those that differed from the expectation.
-	// Recovered counts those of them whose second result was the one hoped
-	// for (a flake).
+	// Retries counts probes that were tried again: blocked probes of cells
+	// the expectation allows (every cell for ProbeMatrix). Recovered counts
+	// those that got through on the retry: blocked, then passed (a lost
+	// packet, or a flake worth a look).
 	Retries, Recovered int
 	// Flakes lists the probes that recovered on retry, "from -> to: first
-	// error" (or "got through" when a blocked cell was not blocked at first).
+	// error".
 	Flakes []string
+	// Leaks lists the probes that got through where the expectation blocks
+	// them, "from -> to: ...". They are never retried: a packet that got
+	// through where policy denies it is a failure, not a flake.
+	Leaks []string
 	// Errors lists harness failures (not blocked traffic), "from -> to: error".
 	Errors []string
 	// Elapsed is how long ProbeMatrix took.
@@ -172,6 +176,9 @@ func (m *Matrix) String() string {
 }
 
 func (m *Matrix) writeNotes(b *strings.Builder) {
+	for _, l := range m.Leaks {
+		b.WriteString("LEAK: " + l + "\n")
+	}
 	for _, f := range m.Flakes {
 		b.WriteString("passed on retry: " + f + "\n")
 	}
@@ -191,7 +198,7 @@ func (m *Matrix) header() string {
 	allowed, blocked := m.Count()
 	parts = append(parts, fmt.Sprintf("%d allowed, %d blocked", allowed, blocked))
 	if m.Proto != "" {
-		parts = append(parts, fmt.Sprintf("%d retries (%d recovered), %v", m.Retries, m.Recovered, m.Elapsed.Round(time.Millisecond)))
+		parts = append(parts, fmt.Sprintf("%d retries (%d blocked then passed), %d leaks, %v", m.Retries, m.Recovered, len(m.Leaks), m.Elapsed.Round(time.Millisecond)))
 	}
 	return strings.Join(parts, ", ") + "  (. allowed, X blocked)\n"
 }
@@ -245,6 +252,9 @@ func (m *Matrix) Diff(expected *Matrix) string {
 				m.keys[i/n], m.keys[i%n], word(expected.cells[i]), word(m.cells[i]))
 			if r, ok := m.reasons[i]; ok {
 				d += " (" + r + ")"
+			}
+			if m.cells[i] && !expected.cells[i] {
+				d += ": a leak"
 			}
 			diffs = append(diffs, d)
 		}
