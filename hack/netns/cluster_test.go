@@ -136,6 +136,15 @@ func TestKernelDataPlane(t *testing.T) {
 				},
 				// The other family, protocol and port are untouched.
 				func() { checkMatrix(t, c.ProbeMatrix(pods, IPv6, TCP, 80), all) },
+				func() {
+					// A probe that gets through where the expectation blocks
+					// it is a leak: listed, never retried, and a Diff.
+					blocked := NewMatrix(keys, true).Expect("*", "y/b", false).Expect("y/b", "y/b", true)
+					got := c.ProbeMatrixExpect(pods, IPv4, UDP, 81, blocked)
+					if len(got.Leaks) != 3 || got.Retries != 0 || !strings.Contains(got.Diff(blocked), "expected blocked, observed allowed: a leak") {
+						t.Errorf("3 cells open where blocked was expected: leaks %q, %d retries, diff:\n%s", got.Leaks, got.Retries, got.Diff(blocked))
+					}
+				},
 				func() { checkMatrix(t, c.ProbeMatrix(pods, IPv4, UDP, 81), all) },
 				func() {
 					// Node-to-pod traffic is output, not forward.
