@@ -70,3 +70,35 @@ func BenchmarkKernelEvent(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKernelDrift is one read-back of the whole table by Conn.Drift, as
+// a drift check or a conflict the commit monitor cannot settle makes it, on
+// an untouched table (no drift: everything is read and compared). Needs
+// root.
+// Run: go test -run '^$' -bench KernelDrift -benchtime 3x ./enforcer/
+func BenchmarkKernelDrift(b *testing.B) {
+	for _, sc := range []struct{ namespaces, policies int }{{100, 10}, {100, 100}} {
+		snap := scale.Cluster(sc.namespaces, 100, sc.policies, 100, testNode, false)
+		table, _ := Compile(snap, Options{Node: testNode})
+		b.Run(fmt.Sprintf("policies=%d/pods=%d", sc.namespaces*sc.policies, sc.namespaces*100), func(b *testing.B) {
+			ns := testns.New(b, "nftbench")
+			conn, err := nft.Open(ns)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Apply(table); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				d, err := conn.Drift(table)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if d != "" {
+					b.Fatalf("drift in an untouched table: %s", d)
+				}
+			}
+		})
+	}
+}

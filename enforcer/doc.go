@@ -71,6 +71,16 @@
 // reads the table back before it retries the delta or rewrites the table.
 // Run debounces snapshots (Timing) and checks for drift periodically.
 //
+// Drift is any difference in content between our table in the kernel and
+// the table last programmed (nft.Conn.Drift): table flags (`flags dormant`
+// turns every chain off), a base chain's type, hook, priority and policy,
+// any expression of any rule, any element of any set or map, verdicts
+// included; a drift check rewrites the whole table and counts a repair.
+// The commit monitor (nft.Monitor) tells which commits touched our table:
+// a periodic check reads the table back only if one did, and a commit to
+// it by another process (`nft flush ruleset`) makes Run check at once,
+// one debounce later, rather than at the next tick.
+//
 // # Marks
 //
 // nftpolicy owns the bits of a mask (DefaultMarkMask unless configured) and

@@ -232,9 +232,14 @@ func (s *Syncer) programmed(t *nft.Table, gen uint32) {
 	s.mu.Unlock()
 }
 
-// CheckDrift reads the table back from the kernel and, if it is not what
-// was last programmed (someone flushed a chain, deleted an element or the
-// whole table), writes the whole table again. It reports whether it
+// CheckDrift reads the table back from the kernel and, if its content is
+// not what was last programmed (see nft.Conn.Drift: someone flushed a
+// chain, turned a drop into an accept, swapped a map element, made the
+// table dormant, set a policy or moved a base chain, deleted the table),
+// writes the whole table again. With the commit monitor it reads only if
+// another process has committed to our table since it was last verified.
+// Run calls it every Timing.DriftCheck, and one debounce after the monitor
+// sees another process commit to our table. It reports whether it
 // repaired anything.
 func (s *Syncer) CheckDrift() (bool, error) {
 	s.syncMu.Lock()
@@ -329,9 +334,11 @@ func (s *Syncer) Status() (generation uint64, lastErr error) {
 
 // WatchCommits starts following the commits of the netns (nft.Monitor), so
 // that a delta refused because another process committed is retried
-// without reading our table back when only other tables changed. Run calls
-// it after its first sync; without it (or if it fails) every such conflict
-// reads the table.
+// without reading our table back when only other tables changed, and so
+// that Run checks our table as soon as another process commits to it. Run
+// calls it after its first sync; without it (or if it fails) every such
+// conflict and every periodic drift check reads the table, and a change by
+// someone else waits for the next periodic check.
 func (s *Syncer) WatchCommits() {
 	m, err := s.conn.Monitor(s.opts.Table)
 	if err != nil {
@@ -345,6 +352,18 @@ func (s *Syncer) WatchCommits() {
 	if old != nil {
 		old.Close()
 	}
+}
+
+// foreignCommits is the commit monitor's signal of commits to our table by
+// other processes (nft.Monitor.Foreign); nil, which never fires, without a
+// monitor.
+func (s *Syncer) foreignCommits() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.monitor == nil {
+		return nil
+	}
+	return s.monitor.Foreign()
 }
 
 // StopWatchingCommits stops what WatchCommits started.
@@ -367,7 +386,9 @@ type Timing struct {
 	MaxDelay time.Duration
 	// Retry is the wait before a failed sync is tried again.
 	Retry time.Duration
-	// DriftCheck is the period of CheckDrift; zero disables it.
+	// DriftCheck is the period of CheckDrift; zero disables it. A commit
+	// to our table by another process, seen by the commit monitor, makes
+	// Run check one Debounce after it whatever the period.
 	DriftCheck time.Duration
 }
 
@@ -388,6 +409,14 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	// A commit by someone else to our table (see nft.Monitor.Foreign: `nft
+	// flush ruleset`, `flags dormant`) brings the drift check forward to
+	// one debounce after it, rather than the next tick: a burst of such
+	// commits costs one check, and later ones cannot put it off.
+	var foreign <-chan struct{}
+	checkSoon := time.NewTimer(time.Hour)
+	checkSoon.Stop()
+	checkArmed := false
 	var drift <-chan time.Time
 	if t.DriftCheck > 0 {
 		ticker := time.NewTicker(t.DriftCheck)
@@ -398,6 +427,17 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 		select {
 		case <-ctx.Done():
 			return
+		case <-foreign:
+			if !checkArmed {
+				checkSoon.Reset(t.Debounce)
+				checkArmed = true
+			}
+		case <-checkSoon.C:
+			checkArmed = false
+			s.log.Info("another process committed to our table; checking it for drift now")
+			if _, err := s.CheckDrift(); err != nil {
+				s.log.Error("drift check failed", zap.Error(err))
+			}
 		case snap := <-updates:
 			now := time.Now()
 			if pending == nil {
@@ -422,6 +462,7 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			if !watching {
 				s.WatchCommits()
 				watching = true
+				foreign = s.foreignCommits()
 			}
 		case <-drift:
 			if _, err := s.CheckDrift(); err != nil {

@@ -1,15 +1,19 @@
 package enforcer
 
 import (
+	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
+	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -219,5 +223,52 @@ func TestKernelDriftCheckWithMonitor(t *testing.T) {
 	// Our own repair is not someone else's change.
 	if repaired, err := s.CheckDrift(); err != nil || repaired || s.ReadBacks() != 1 {
 		t.Fatalf("after our repair: repaired %v, %v, read-backs %d; want false, nil, 1", repaired, err, s.ReadBacks())
+	}
+}
+
+// Run repairs a change someone else commits to our table as soon as the
+// commit monitor sees it, not at the next periodic drift check (an hour
+// away here): `nft flush ruleset` must not leave pods open for a drift
+// period.
+func TestKernelRunRepairsForeignCommitAtOnce(t *testing.T) {
+	s, ns := newTestSyncer(t)
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- cluster(policy("x", "deny", denyIngress))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, updates, Timing{Debounce: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond, Retry: 100 * time.Millisecond, DriftCheck: time.Hour})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// poll waits for cond, failing after a timeout far beyond what the
+	// kernel and the loop need, so a slow machine does not fail the test.
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	programmed := func() bool {
+		out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "nftpolicy").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "10.0.1.1 : jump ingress-pod-") && !strings.Contains(string(out), "dormant")
+	}
+	poll("the first sync and the commit monitor", func() bool { return programmed() && s.foreignCommits() != nil })
+
+	for _, tamper := range []string{
+		"flush ruleset",
+		"add table inet nftpolicy { flags dormant; }",
+		"flush map inet nftpolicy ingress-pods-v4",
+	} {
+		before := s.Repairs()
+		testns.Nft(t, ns, "", tamper)
+		poll("the repair after "+tamper, func() bool { return programmed() && s.Repairs() > before })
 	}
 }

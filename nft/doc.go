@@ -31,5 +31,18 @@
 // generation the kernel echoes for the batch confirms the commit and is
 // returned in BatchStats.
 //
+// # Reading back
+//
+// Conn.Drift reads our table back (Conn.ReadTable summarizes the same
+// read) and compares it with the table last programmed by content: the
+// table's flags, each base chain's type, hook, priority and policy, every
+// rule expression by expression, every set's key and flags and every
+// element with its verdict. Both sides are reduced to one canonical form
+// of their netlink attributes first, so what the kernel echoes in its own
+// way (attribute order, nest flags, set ids, defaults) is no difference,
+// and anything else is. The Monitor follows every commit to the namespace:
+// it tells whether commits since a generation touched our table
+// (Untouched), and signals those by other processes (Foreign).
+//
 // The netlink side is Linux only; elsewhere Open returns ErrUnsupported.
 package nft

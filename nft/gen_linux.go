@@ -411,7 +411,11 @@ func (c *Conn) batchSocket() (*netlink.Conn, error) {
 	if nl != nil {
 		return nl, nil
 	}
-	return c.dialLarge()
+	nl, err := c.dialLarge()
+	if err == nil {
+		c.ports.add(nl.PID())
+	}
+	return nl, err
 }
 
 // releaseBatchSocket parks a socket whose batch is done for the next one,

@@ -38,6 +38,10 @@ type Monitor struct {
 	unknown uint32          // generations up to this one may have touched it unseen
 	lost    bool            // notifications lost; unknown is set at the next NEWGEN
 	err     error           // the socket failed; the Monitor knows nothing more
+
+	own     *ownPorts     // the port ids of our Conn's batch sockets
+	foreign chan struct{} // see Foreign
+	byOther bool          // the commit being read has touched the table, not from our Conn
 }
 
 // Monitor starts following commits to the inet table named table. Close it
@@ -51,7 +55,8 @@ func (c *Conn) Monitor(table string) (*Monitor, error) {
 		nl.Close()
 		return nil, err
 	}
-	m := &Monitor{nl: nl, table: table, touched: map[uint32]bool{}}
+	m := &Monitor{nl: nl, table: table, touched: map[uint32]bool{},
+		own: &c.ports, foreign: make(chan struct{}, 1)}
 	m.seen.L = &m.mu
 	// Commits before the first NEWGEN read are unknown.
 	gen, err := c.Generation()
@@ -73,7 +78,8 @@ func (m *Monitor) read() {
 		m.mu.Lock()
 		if err != nil {
 			if errors.Is(err, unix.ENOBUFS) {
-				m.lost, m.pending = true, false
+				m.lost, m.pending, m.byOther = true, false, false
+				m.notifyForeign() // a commit to our table may be among what was lost
 				m.mu.Unlock()
 				continue
 			}
@@ -109,7 +115,10 @@ func (m *Monitor) note(msg netlink.Message) {
 		if m.lost {
 			m.unknown, m.lost = gen, false
 		}
-		m.latest, m.pending = gen, false
+		if m.byOther {
+			m.notifyForeign()
+		}
+		m.latest, m.pending, m.byOther = gen, false, false
 		m.seen.Broadcast()
 		return
 	}
@@ -129,6 +138,7 @@ func (m *Monitor) note(msg netlink.Message) {
 		if ad.Type() == 1 {
 			if ad.String() == m.table {
 				m.pending = true
+				m.byOther = m.byOther || !m.own.has(msg.Header.PID)
 			}
 			return
 		}

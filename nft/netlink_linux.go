@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -37,6 +36,8 @@ type Conn struct {
 	mu     sync.Mutex
 	idle   *netlink.Conn // socket of the last batch, for the next one
 	closed bool
+
+	ports ownPorts // of the batch sockets, to tell our commits (see Monitor.Foreign)
 }
 
 // newBatch returns a fresh google/nftables connection with an empty message
@@ -821,103 +822,4 @@ func familyName(f nftables.TableFamily) (Family, bool) {
 		return FamilyIPv6, true
 	}
 	return "", false
-}
-
-// ReadTable reads the chains and sets of an inet table.
-func (c *Conn) ReadTable(name string) (*TableState, error) {
-	nl, err := c.newBatch()
-	if err != nil {
-		return nil, fmt.Errorf("read table inet %s: netlink: %w", name, err)
-	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
-	chains, err := nl.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, fmt.Errorf("read table inet %s: %w", name, err)
-	}
-	st := &TableState{Chains: map[string][]string{}, Sets: map[string]int{}}
-	found := false
-	for _, ch := range chains {
-		if ch.Table.Name != name {
-			continue
-		}
-		found = true
-		rules, err := nl.GetRules(table, ch)
-		if err != nil {
-			return nil, fmt.Errorf("read chain %s: %w", ch.Name, err)
-		}
-		comments := make([]string, 0, len(rules))
-		for _, r := range rules {
-			s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
-			comments = append(comments, s)
-		}
-		st.Chains[ch.Name] = comments
-	}
-	if !found {
-		if _, err := nl.ListTableOfFamily(name, nftables.TableFamilyINet); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return nil, fmt.Errorf("read table inet %s: %w", name, ErrNoTable)
-			}
-			return nil, fmt.Errorf("read table inet %s: %w", name, err)
-		}
-	}
-	sets, err := nl.GetSets(table)
-	if err != nil {
-		return nil, fmt.Errorf("read sets of inet %s: %w", name, err)
-	}
-	for _, s := range sets {
-		elems, err := nl.GetSetElements(s)
-		if err != nil {
-			return nil, fmt.Errorf("read set %s: %w", s.Name, err)
-		}
-		st.Sets[s.Name] = len(elems)
-	}
-	return st, nil
-}
-
-// Drift compares the table in the kernel with t, the table last programmed,
-// and describes the first difference found, or returns "" when they agree.
-// It compares what the reader sees: chains, the comments of their rules in
-// order, sets and their element counts. A missing table is drift too.
-func (c *Conn) Drift(t *Table) (string, error) {
-	got, err := c.ReadTable(t.Name)
-	if errors.Is(err, ErrNoTable) {
-		return "table inet " + t.Name + " is gone", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if len(got.Chains) != len(t.Chains) {
-		return fmt.Sprintf("%d chains in the kernel, %d programmed", len(got.Chains), len(t.Chains)), nil
-	}
-	for _, ch := range t.Chains {
-		comments, ok := got.Chains[ch.Name]
-		if !ok {
-			return "chain " + ch.Name + " is missing", nil
-		}
-		if len(comments) != len(ch.Rules) {
-			return fmt.Sprintf("chain %s holds %d rules, %d programmed", ch.Name, len(comments), len(ch.Rules)), nil
-		}
-		for i, r := range ch.Rules {
-			if comments[i] != r.Comment {
-				return fmt.Sprintf("chain %s rule %d is not the one programmed", ch.Name, i), nil
-			}
-		}
-	}
-	if len(got.Sets) != len(t.Sets) {
-		return fmt.Sprintf("%d sets in the kernel, %d programmed", len(got.Sets), len(t.Sets)), nil
-	}
-	for _, s := range t.Sets {
-		n, ok := got.Sets[s.Name]
-		if !ok {
-			return "set " + s.Name + " is missing", nil
-		}
-		want, err := encodeElements(s)
-		if err != nil {
-			return "", err
-		}
-		if n != len(want) {
-			return fmt.Sprintf("set %s holds %d elements, %d programmed", s.Name, n, len(want)), nil
-		}
-	}
-	return "", nil
 }

@@ -66,3 +66,6 @@ func (m *Monitor) Close() error { return nil }
 
 // Untouched cannot tell off Linux.
 func (m *Monitor) Untouched(since, upto uint32, wait time.Duration) bool { return false }
+
+// Foreign never signals off Linux.
+func (m *Monitor) Foreign() <-chan struct{} { return nil }

@@ -179,17 +179,65 @@ func TestKernelUpdate(t *testing.T) {
 	}
 }
 
+// TestKernelDrift tampers with a programmed table from outside, with nft,
+// and requires Drift to see each change by content: a verdict or an
+// element swapped keeps every count and comment as it was.
 func TestKernelDrift(t *testing.T) {
+	nft := func(cmd string) func(*testing.T, string) {
+		return func(t *testing.T, ns string) { testns.Nft(t, ns, cmd, "-f", "-") }
+	}
 	for _, tc := range []struct {
 		name    string
-		tamper  string
+		tamper  func(t *testing.T, ns string)
 		wantAny bool
 	}{
-		{"untouched", "", false},
-		{"chain flushed", "flush chain inet nftpolicy np-x/allow", true},
-		{"element deleted", "delete element inet nftpolicy np-v4 { 10.0.0.1 . tcp . 8080 }", true},
-		{"rule added", "add rule inet nftpolicy leaf accept", true},
-		{"table deleted", "delete table inet nftpolicy", true},
+		{"untouched", func(*testing.T, string) {}, false},
+		{"chain flushed", nft("flush chain inet nftpolicy np-x/allow"), true},
+		{"element deleted", nft("delete element inet nftpolicy np-v4 { 10.0.0.1 . tcp . 8080 }"), true},
+		{"rule added", nft("add rule inet nftpolicy leaf accept"), true},
+		{"table deleted", nft("delete table inet nftpolicy"), true},
+		{"drop replaced with accept under the same comment", func(t *testing.T, ns string) {
+			h := ruleHandle(t, ns, "pod-x/a", "no policy allows")
+			testns.Nft(t, ns, `replace rule inet nftpolicy pod-x/a handle `+h+` accept comment "x/a: no policy allows"`, "-f", "-")
+		}, true},
+		{"dispatch vmap rule replaced", func(t *testing.T, ns string) {
+			h := ruleHandle(t, ns, "filter-forward", "ip daddr vmap @pods-v4")
+			testns.Nft(t, ns, "replace rule inet nftpolicy filter-forward handle "+h+" ip saddr vmap @pods-v4", "-f", "-")
+		}, true},
+		{"jump rule replaced", func(t *testing.T, ns string) {
+			h := ruleHandle(t, ns, "pod-x/a", "jump np-x/allow")
+			testns.Nft(t, ns, "replace rule inet nftpolicy pod-x/a handle "+h+" jump leaf", "-f", "-")
+		}, true},
+		{"map element verdict swapped", nft(`delete element inet nftpolicy pods-v4 { 10.0.0.1 }
+add element inet nftpolicy pods-v4 { 10.0.0.1 : accept }`), true},
+		{"element replaced by another", nft(`delete element inet nftpolicy plain-v4 { 10.9.9.9 }
+add element inet nftpolicy plain-v4 { 10.9.9.8 }`), true},
+		{"interval replaced by another", nft(`delete element inet nftpolicy peers-v4 { 10.1.0.1 }
+add element inet nftpolicy peers-v4 { 10.1.0.3 }`), true},
+		{"named-port element replaced by another", nft(`delete element inet nftpolicy np-v4 { 10.0.0.1 . tcp . 8080 }
+add element inet nftpolicy np-v4 { 10.0.0.1 . udp . 8080 }`), true},
+		{"catch-all element added to a map", nft("add element inet nftpolicy pods-v4 { * : accept }"), true},
+		{"rule looks up another set", func(t *testing.T, ns string) {
+			h := ruleHandle(t, ns, "np-x/allow", "ip daddr @plain-v4")
+			testns.Nft(t, ns, "replace rule inet nftpolicy np-x/allow handle "+h+" ip daddr @peers-v4 goto leaf", "-f", "-")
+		}, true},
+		{"table dormant", nft("add table inet nftpolicy { flags dormant; }"), true},
+		{"base chain policy drop", nft("add chain inet nftpolicy filter-forward { type filter hook forward priority -1; policy drop; }"), true},
+		{"base chain priority changed", func(t *testing.T, ns string) {
+			// The kernel refuses to move a live base chain: the table is
+			// replaced by one that differs in that priority only.
+			changed := sampleTable()
+			chainNamed(changed, "filter-forward").Hook.Priority = 5
+			testns.Nft(t, ns, "delete table inet nftpolicy\n"+Render(changed), "-f", "-")
+		}, true},
+		{"base chain hook changed", func(t *testing.T, ns string) {
+			changed := sampleTable()
+			chainNamed(changed, "filter-forward").Hook.Hook = "input"
+			testns.Nft(t, ns, "delete table inet nftpolicy\n"+Render(changed), "-f", "-")
+		}, true},
+		{"whole table rewritten as it was", func(t *testing.T, ns string) {
+			testns.Nft(t, ns, "delete table inet nftpolicy\n"+Render(sampleTable()), "-f", "-")
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := testns.New(t, "nftpt")
@@ -202,9 +250,7 @@ func TestKernelDrift(t *testing.T) {
 			if _, err := c.Apply(table); err != nil {
 				t.Fatal(err)
 			}
-			if tc.tamper != "" {
-				testns.Nft(t, ns, "", tc.tamper)
-			}
+			tc.tamper(t, ns)
 			d, err := c.Drift(table)
 			if err != nil {
 				t.Fatal(err)
@@ -212,6 +258,22 @@ func TestKernelDrift(t *testing.T) {
 			if (d != "") != tc.wantAny {
 				t.Errorf("Drift = %q, want drift: %v", d, tc.wantAny)
 			}
+			t.Logf("Drift = %q", d)
 		})
 	}
+}
+
+// ruleHandle returns the handle of the rule of chain whose `nft -a list`
+// line contains text.
+func ruleHandle(t *testing.T, ns, chain, text string) string {
+	t.Helper()
+	for _, line := range strings.Split(testns.Nft(t, ns, "", "-a", "list", "chain", "inet", "nftpolicy", chain), "\n") {
+		if strings.Contains(line, text) {
+			if _, h, ok := strings.Cut(line, "# handle "); ok {
+				return strings.TrimSpace(h)
+			}
+		}
+	}
+	t.Fatalf("no rule with %q in chain %s", text, chain)
+	return ""
 }
