@@ -29,6 +29,12 @@ type Options struct {
 	// MarkMask holds the packet-mark bits nftpolicy may use; DefaultMarkMask
 	// when zero.
 	MarkMask uint32
+	// DenyUnknown drops forwarded traffic from or to an address of this
+	// node's pod CIDRs that is no known pod of this node (see unknown.go).
+	DenyUnknown bool
+	// PodCIDRs are this node's pod CIDRs for DenyUnknown; when empty, the
+	// Node object's spec.podCIDRs.
+	PodCIDRs []netip.Prefix
 }
 
 // A Problem is part of the snapshot the compiler could not use. The rest is
@@ -141,6 +147,12 @@ type Compiler struct {
 	// goes, unique by construction (see nameRegistry).
 	chainNames, peerNames *nameRegistry
 
+	// With DenyUnknown: the pod CIDRs the unknown sets were built from,
+	// the sets by family, and why there are none.
+	unknownCIDRs    []netip.Prefix
+	unknownSets     map[nft.IPFamily]*nft.Set
+	unknownProblems []Problem
+
 	touched              touched    // by the current or last Compile call
 	prevTable, lastTable *nft.Table // returned by the last two calls, for Delta
 }
@@ -209,6 +221,7 @@ type changes struct {
 	policies   []*policyState         // added or changed: targets to select
 	goneLocal  []objKey               // pods no longer local and taking part: drop their chains
 	dispatch   bool                   // some pod chain appeared, went or changed address
+	localPods  bool                   // a pod of this node appeared, went or changed
 }
 
 // Compile compiles snap, reusing what it computed for the previous one. The
@@ -229,6 +242,7 @@ func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Pr
 	c.refreshTargets(ch)
 	c.refreshPortSets(ch)
 	c.refreshPodChains(ch)
+	c.refreshUnknown(snap.Nodes, ch)
 	t := c.assemble(priority, ch)
 	c.prevTable, c.lastTable = c.lastTable, t
 	return t, c.problems()
@@ -335,6 +349,7 @@ func (c *Compiler) problems() []Problem {
 		out = append(out, c.podProblems[k]...)
 		out = append(out, c.addrProblems[k]...)
 	}
+	out = append(out, c.unknownProblems...)
 	for _, k := range slices.SortedFunc(maps.Keys(c.policyProblems), compareKeys) {
 		out = append(out, c.policyProblems[k].problems()...)
 	}
@@ -370,6 +385,7 @@ func (c *Compiler) forwardChain(priority int32) *nft.Chain {
 			Comment: "IPv6 neighbour discovery is not subject to policy, as ARP is not",
 		}},
 	}
+	ch.Rules = append(ch.Rules, c.unknownRules()...)
 	for _, d := range []direction{egress, ingress} {
 		for _, f := range families {
 			ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{

@@ -25,7 +25,9 @@ func TestIncrementalMatchesFull(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			w := newWorld(seed)
-			inc := NewCompiler(Options{Node: testNode})
+			// Odd seeds close unknown addresses of the node's pod CIDRs.
+			opts := Options{Node: testNode, DenyUnknown: seed%2 == 1}
+			inc := NewCompiler(opts)
 			var prev *nft.Table
 			for step := 0; step < 150; step++ {
 				event := w.step()
@@ -35,7 +37,9 @@ func TestIncrementalMatchesFull(t *testing.T) {
 					priority-- // as when another component's chain moves in
 				}
 				got, gotProblems := inc.Compile(snap, priority)
-				want, wantProblems := Compile(snap, Options{Node: testNode, Priority: priority})
+				full := opts
+				full.Priority = priority
+				want, wantProblems := Compile(snap, full)
 				if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
 					t.Fatalf("step %d (%s): incremental table differs from a full compile (-full +incremental):\n%s", step, event, diff)
 				}
@@ -197,6 +201,7 @@ type world struct {
 	namespaces map[string]*corev1.Namespace
 	pods       map[objKey]*corev1.Pod
 	policies   map[objKey]*networkingv1.NetworkPolicy
+	node       *corev1.Node // this node, with pod CIDRs that change
 	nextIP     int
 }
 
@@ -214,6 +219,7 @@ func newWorld(seed uint64) *world {
 		pods:       map[objKey]*corev1.Pod{},
 		policies:   map[objKey]*networkingv1.NetworkPolicy{},
 	}
+	w.node = w.randomNode()
 	for _, ns := range worldNamespaces[:3] {
 		w.namespaces[ns] = w.randomNamespace(ns)
 		for _, p := range worldPods[:3] {
@@ -229,6 +235,12 @@ func newWorld(seed uint64) *world {
 }
 
 func (w *world) pick(s []string) string { return s[w.r.IntN(len(s))] }
+
+func (w *world) randomNode() *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}
+	n.Spec.PodCIDRs = []string{w.pick([]string{"10.1.0.0/24", "10.1.0.0/25", "10.1.1.0/24"}), w.pick([]string{"fd00:1::/120", "fd00:1::/64"})}
+	return n
+}
 
 func (w *world) randomNamespace(name string) *corev1.Namespace {
 	labels := map[string]string{"team": w.pick([]string{"red", "blue"})}
@@ -356,7 +368,7 @@ func (w *world) randomPolicy(ns, name string) *networkingv1.NetworkPolicy {
 
 // step changes the world by one event and names it.
 func (w *world) step() string {
-	switch w.r.IntN(11) {
+	switch w.r.IntN(12) {
 	case 0, 1: // pod added or replaced
 		ns, name := w.pick(worldNamespaces), w.pick(worldPods)
 		w.pods[objKey{ns, name}] = w.randomPod(ns, name)
@@ -402,6 +414,18 @@ func (w *world) step() string {
 			delete(w.policies, k)
 			return "policy delete " + k.String()
 		}
+	case 10: // this node's pod CIDRs changed, or the Node went or came back
+		switch w.r.IntN(4) {
+		case 0:
+			w.node = nil
+			return "node delete"
+		case 1:
+			w.node = w.randomNode()
+			w.node.Spec.PodCIDRs = append(w.node.Spec.PodCIDRs, "not-a-cidr")
+			return "node set, bad CIDR"
+		}
+		w.node = w.randomNode()
+		return "node set"
 	case 9: // every object replaced by an equal copy, as a manifests reload does
 		for k, p := range w.pods {
 			w.pods[k] = p.DeepCopy()
@@ -446,6 +470,9 @@ func (w *world) snapshot() *k8s.Snapshot {
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(w.policies), compareKeys) {
 		s.Policies = append(s.Policies, w.policies[k])
+	}
+	if w.node != nil {
+		s.Nodes = []*corev1.Node{w.node}
 	}
 	if w.r.IntN(10) == 0 {
 		w.r.Shuffle(len(s.Pods), func(i, j int) { s.Pods[i], s.Pods[j] = s.Pods[j], s.Pods[i] })

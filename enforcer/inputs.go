@@ -160,6 +160,7 @@ func (c *Compiler) podChanged(old, new *pod, ch *changes) {
 			ch.goneLocal = append(ch.goneLocal, old.key)
 		}
 		c.localByNS[ns] = replacePod(c.localByNS[ns], oldLocal, newLocal)
+		ch.localPods = true
 		if len(c.localByNS[ns]) == 0 {
 			delete(c.localByNS, ns)
 		}
