@@ -29,6 +29,10 @@ type Options struct {
 	// MarkMask holds the packet-mark bits nftpolicy may use; DefaultMarkMask
 	// when zero.
 	MarkMask uint32
+	// TakeOver lets a Syncer write over a table whose owner record names
+	// another nftpolicy that is still running (see Syncer.Claim), which
+	// then stops writing. The compiler ignores it.
+	TakeOver bool
 	// DenyUnknown drops forwarded traffic from or to an address of this
 	// node's pod CIDRs that is no known pod of this node (see unknown.go).
 	DenyUnknown bool

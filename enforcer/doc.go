@@ -79,7 +79,20 @@
 // The commit monitor (nft.Monitor) tells which commits touched our table:
 // a periodic check reads the table back only if one did, and a commit to
 // it by another process (`nft flush ruleset`) makes Run check at once,
-// one debounce later, rather than at the next tick.
+// one debounce later, rather than at the next tick. A new base chain of
+// another table on the forward hook (nft.Monitor.ForwardChains) makes Run
+// re-resolve the priority at once and, if it moved, write the table again.
+//
+// # One owner per table
+//
+// The table's comment records the Syncer that owns it (nft.Owner, shown
+// by `nft list table`). A second daemon refuses (ErrOwned) while the owner
+// runs, unless told to take over (Options.TakeOver); the owner then finds
+// another record at its next write or drift check, stops writing and
+// reports ErrTakenOver in Status. An owner that died is told from a live
+// one by a beacon the kernel drops with the process (see owner.go), so a
+// restart claims the table without a flag. A deleted network namespace
+// (nft.ErrNetnsGone) also stops the Syncer and shows in Status.
 //
 // # Marks
 //

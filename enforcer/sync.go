@@ -40,6 +40,7 @@ type Syncer struct {
 	monitor      *nft.Monitor // commits by others, while Run runs
 	prio         int32        // resolved forward priority
 	prioResolved bool         // prio is current; cleared by CheckDrift
+	own          ownership    // the table's owner record (see owner.go)
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
@@ -100,6 +101,9 @@ func (s *Syncer) Sync(snap *k8s.Snapshot) (SyncResult, error) {
 }
 
 func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
+	if err := s.claim(); err != nil {
+		return SyncResult{}, err
+	}
 	// Reading every chain of the netns to place ours costs as much as the
 	// rest of a small sync at 10k chains, so the priority is resolved on the
 	// first sync and again at each drift check, not on every event.
@@ -118,6 +122,7 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	}
 	start := time.Now()
 	table, problems := s.compiler.Compile(snap, prio)
+	table.Comment = s.owner().Comment()
 	LogProblems(s.log, problems)
 	res := SyncResult{Table: table, CompileTime: time.Since(start)}
 	start = time.Now()
@@ -199,6 +204,10 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 		if monitor != nil && monitor.Untouched(since, gen, monitorWait) {
 			continue // only other tables changed: the delta still holds
 		}
+		if err := s.checkOwner(); err != nil {
+			s.programmed(nil, 0)
+			return nft.BatchStats{}, err
+		}
 		s.mu.Lock()
 		s.readBacks++
 		s.mu.Unlock()
@@ -215,7 +224,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 			break
 		}
 	}
-	batch, err := s.conn.Apply(table)
+	batch, err := s.applyOwned(table)
 	if err != nil {
 		s.programmed(nil, 0)
 		return nft.BatchStats{}, err
@@ -244,6 +253,9 @@ func (s *Syncer) programmed(t *nft.Table, gen uint32) {
 func (s *Syncer) CheckDrift() (bool, error) {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
+	if err := s.stopped(); err != nil {
+		return false, err
+	}
 	s.mu.Lock()
 	last := s.last
 	// Re-place our chain next time if another component moved in.
@@ -256,6 +268,9 @@ func (s *Syncer) CheckDrift() (bool, error) {
 	// fail its check and read the table again.
 	gen, err := s.conn.Generation()
 	if err != nil {
+		return false, err
+	}
+	if err := s.checkOwner(); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -280,7 +295,7 @@ func (s *Syncer) CheckDrift() (bool, error) {
 		return false, nil
 	}
 	s.log.Warn("ruleset drifted from what was programmed; rewriting it", zap.String("drift", drift))
-	batch, err := s.conn.Apply(last)
+	batch, err := s.applyOwned(last)
 	if err != nil {
 		s.programmed(nil, 0)
 		return false, err
@@ -325,10 +340,15 @@ func LogProblems(log *zap.Logger, problems []Problem) {
 
 // Status reports the number of successful syncs (a sync that found the
 // table already programmed counts: it confirms the state) and the error of
-// the most recent sync, if it failed.
+// the most recent sync, if it failed, or, for good once it happened, why
+// the Syncer writes nothing more: another nftpolicy took the table over
+// (ErrTakenOver), or the namespace is gone (nft.ErrNetnsGone).
 func (s *Syncer) Status() (generation uint64, lastErr error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.own.stop != nil {
+		return s.generation, s.own.stop // taken over, or the netns is gone
+	}
 	return s.generation, s.lastErr
 }
 
@@ -405,7 +425,9 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 	defer s.StopWatchingCommits()
 	var (
 		pending  *k8s.Snapshot
-		deadline time.Time // of the current burst
+		synced   *k8s.Snapshot // the last snapshot programmed, for a re-sync without an update
+		deadline time.Time     // of the current burst
+		forward  <-chan struct{}
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -450,21 +472,41 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			}
 			timer.Reset(wait)
 		case <-timer.C:
-			if pending == nil {
-				continue
+			if pending == nil || s.stopped() != nil {
+				continue // a stopped Syncer logged why once
 			}
 			if _, err := s.Sync(pending); err != nil {
 				s.log.Error("sync failed; the previous table stays programmed", zap.Error(err), zap.Duration("retry", t.Retry))
 				timer.Reset(t.Retry)
 				continue
 			}
-			pending = nil
+			synced, pending = pending, nil
 			if !watching {
 				s.WatchCommits()
+				forward = s.forwardChains()
 				watching = true
 				foreign = s.foreignCommits()
 			}
+		case <-forward:
+			// Another table's forward chain may have taken our priority
+			// or moved ahead of us: re-place ours now, not at the next
+			// cluster change.
+			if s.stopped() != nil {
+				continue
+			}
+			moved, err := s.ReresolvePriority()
+			if err != nil {
+				s.log.Error("cannot re-resolve the forward priority", zap.Error(err))
+				continue
+			}
+			if moved && pending == nil {
+				pending, deadline = synced, time.Now()
+				timer.Reset(0)
+			}
 		case <-drift:
+			if s.stopped() != nil {
+				continue
+			}
 			if _, err := s.CheckDrift(); err != nil {
 				s.log.Error("drift check failed", zap.Error(err))
 			}

@@ -172,6 +172,12 @@ func (c *Conn) Generation() (uint32, error) {
 type batchTransport struct {
 	c   *Conn
 	gen uint32 // expected generation; 0: unchecked
+	// guard, if set, replaces gen right before the send, or cancels the
+	// batch with its error (see Conn.ApplyGuarded).
+	guard func() (uint32, error)
+	// tableUserdata is added to each NEWTABLE message (see
+	// tableUserdataAttr); nil: none.
+	tableUserdata []byte
 
 	nl        *netlink.Conn // the real socket, from the send until close
 	batchSeq  uint32        // sequence number of the begin message as sent
@@ -214,6 +220,13 @@ func (t *batchTransport) send(req []netlink.Message) error {
 		req[len(req)-1].Header.Type != netlink.HeaderType(unix.NFNL_MSG_BATCH_END) {
 		return errors.New("batch transport: not a batch")
 	}
+	if t.guard != nil {
+		gen, err := t.guard()
+		if err != nil {
+			return err
+		}
+		t.gen = gen
+	}
 	begin := req[0]
 	if t.gen != 0 {
 		ae := netlink.NewAttributeEncoder()
@@ -228,6 +241,7 @@ func (t *batchTransport) send(req []netlink.Message) error {
 	}
 	msgs := append([]netlink.Message{begin}, req[1:]...)
 	for i := range msgs {
+		msgs[i] = withTableUserdata(msgs[i], t.tableUserdata)
 		msgs[i].Header.PID = 0 // nltest's; the socket sets its own
 		// No ack and no echo per message: the kernel reports failures
 		// anyway, and the NEWGEN echo below confirms the commit. The

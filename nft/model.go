@@ -13,8 +13,12 @@ import (
 type Table struct {
 	Family Family
 	Name   string
-	Sets   []*Set
-	Chains []*Chain
+	// Comment is the table's comment (its NFTA_TABLE_USERDATA), written
+	// when the whole table is; nftpolicy keeps its owner record there (see
+	// Owner).
+	Comment string
+	Sets    []*Set
+	Chains  []*Chain
 }
 
 // A Family is an nftables address family. nftpolicy only writes inet tables,

@@ -38,6 +38,7 @@ type Monitor struct {
 	unknown uint32          // generations up to this one may have touched it unseen
 	lost    bool            // notifications lost; unknown is set at the next NEWGEN
 	err     error           // the socket failed; the Monitor knows nothing more
+	forward chan struct{}   // see ForwardChains
 
 	own     *ownPorts     // the port ids of our Conn's batch sockets
 	foreign chan struct{} // see Foreign
@@ -55,7 +56,7 @@ func (c *Conn) Monitor(table string) (*Monitor, error) {
 		nl.Close()
 		return nil, err
 	}
-	m := &Monitor{nl: nl, table: table, touched: map[uint32]bool{},
+	m := &Monitor{nl: nl, table: table, touched: map[uint32]bool{}, forward: make(chan struct{}, 1),
 		own: &c.ports, foreign: make(chan struct{}, 1)}
 	m.seen.L = &m.mu
 	// Commits before the first NEWGEN read are unknown.
@@ -79,7 +80,8 @@ func (m *Monitor) read() {
 		if err != nil {
 			if errors.Is(err, unix.ENOBUFS) {
 				m.lost, m.pending, m.byOther = true, false, false
-				m.notifyForeign() // a commit to our table may be among what was lost
+				m.notifyForward() // a base chain may be among what was lost
+				m.notifyForeign() // so may a commit to our table
 				m.mu.Unlock()
 				continue
 			}
@@ -121,6 +123,9 @@ func (m *Monitor) note(msg netlink.Message) {
 		m.latest, m.pending, m.byOther = gen, false, false
 		m.seen.Broadcast()
 		return
+	}
+	if msg.Header.Type == newChainType {
+		m.noteChain(msg)
 	}
 	if msg.Data[0] != unix.NFPROTO_INET {
 		return

@@ -31,7 +31,8 @@ const elementsPerMessage = 512
 // in between; one whose socket failed is closed. A Conn may be used from
 // several goroutines; Close releases the socket.
 type Conn struct {
-	nsFd int // -1 when operating in the caller's own namespace
+	nsFd int    // -1 when operating in the caller's own namespace
+	path string // of the namespace nsFd holds, for CheckNetns
 
 	mu     sync.Mutex
 	idle   *netlink.Conn // socket of the last batch, for the next one
@@ -95,7 +96,7 @@ func Open(netns string) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open netns %s: %w", path, err)
 	}
-	return &Conn{nsFd: fd}, nil
+	return &Conn{nsFd: fd, path: path}, nil
 }
 
 // Close releases the namespace handle.
@@ -129,12 +130,23 @@ func (c *Conn) Apply(t *Table) (BatchStats, error) {
 // one step in the kernel. BatchStats.Generation is the generation the batch
 // created.
 func (c *Conn) ApplyAt(t *Table, gen uint32) (BatchStats, error) {
+	return c.apply(t, gen, nil)
+}
+
+// apply is ApplyAt; a guard, if any, gives the generation to check
+// against right before the batch is sent, or cancels it (see
+// ApplyGuarded). The table's comment goes into each message creating it.
+func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchStats, error) {
 	if t.Family != FamilyInet {
 		return BatchStats{}, fmt.Errorf("apply table %s %s: only inet tables are supported", t.Family, t.Name)
 	}
 	b, err := c.newWriter(t.Name, gen)
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("apply table %s %s: netlink: %w", t.Family, t.Name, err)
+	}
+	b.tx.guard = guard
+	if b.tx.tableUserdata, err = tableUserdataAttr(t.Comment); err != nil {
+		return BatchStats{}, fmt.Errorf("apply table %s %s: %w", t.Family, t.Name, err)
 	}
 	b.stats.Full = true
 	b.nl.AddTable(b.table)

@@ -18,6 +18,12 @@ func Render(t *Table) string {
 	fmt.Fprintf(&b, "add table %s %s\n", t.Family, t.Name)
 	fmt.Fprintf(&b, "delete table %s %s\n", t.Family, t.Name)
 	fmt.Fprintf(&b, "table %s %s {\n", t.Family, t.Name)
+	if t.Comment != "" {
+		fmt.Fprintf(&b, "\tcomment %q\n", t.Comment)
+		if len(t.Sets)+len(t.Chains) > 0 {
+			b.WriteString("\n")
+		}
+	}
 	for i, s := range t.Sets {
 		if i > 0 {
 			b.WriteString("\n")
