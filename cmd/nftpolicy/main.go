@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -44,6 +45,8 @@ type config struct {
 	markMask         uint32
 	allowMarkOverlap bool
 	allowEmpty       bool
+	denyUnknown      bool
+	podCIDRs         []netip.Prefix
 	table            string
 	logLevel         zapcore.Level
 	healthAddr       string
@@ -132,6 +135,18 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
+	fs.BoolVar(&cfg.denyUnknown, "default-deny-unknown", false, "drop forwarded traffic from or to an address of this node's pod CIDRs that is no known pod, until the pod is known")
+	fs.Func("pod-cidr", "this node's pod CIDR for --default-deny-unknown (repeatable; default: the Node's spec.podCIDRs)", func(s string) error {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return err
+		}
+		if p != p.Masked() {
+			return fmt.Errorf("%s has host bits set (did you mean %s?)", s, p.Masked())
+		}
+		cfg.podCIDRs = append(cfg.podCIDRs, p)
+		return nil
+	})
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "program an empty table when --manifests holds no objects, which enforces nothing (without it apply and dump fail, and run keeps the last programmed state)")
 	if cmd == "run" {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
@@ -145,6 +160,9 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if len(cfg.podCIDRs) > 0 && !cfg.denyUnknown {
+		return nil, errors.New("--pod-cidr is only read with --default-deny-unknown")
 	}
 	if cmd == "run" {
 		if err := cfg.checkDurations(); err != nil {
@@ -240,7 +258,7 @@ func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
 }
 
 func (c *config) options() enforcer.Options {
-	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask}
+	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs}
 }
 
 // load reads the manifests, or lists the API server, logging every object
