@@ -1,0 +1,250 @@
+package conntrack
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// A Flow is a connection's first packet as the forward hook saw it: after
+// DNAT, before SNAT. FlowOf derives it from a conntrack entry's tuples.
+type Flow struct {
+	Src, Dst netip.Addr
+	Proto    nft.Proto
+	Dport    uint16 // zero for protocols without ports
+	ICMPType uint8  // for ICMP and ICMPv6, the type of the first message
+}
+
+// Packet is the NEW packet nft.Trace evaluates for the flow.
+func (f Flow) Packet() nft.Packet {
+	return nft.Packet{Src: f.Src, Dst: f.Dst, Proto: f.Proto, Dport: f.Dport, ICMPType: f.ICMPType}
+}
+
+// A Tuple is one direction of a conntrack entry.
+type Tuple struct {
+	Src, Dst     netip.Addr
+	Proto        nft.Proto
+	Sport, Dport uint16
+	ICMPType     uint8 // for ICMP and ICMPv6
+}
+
+// FlowOf is the first packet of the connection with these tuples: the
+// original source, the real destination (the reply's source, which DNAT
+// set), the real destination port (the reply's source port) and the
+// original ICMP type.
+func FlowOf(orig, reply Tuple) Flow {
+	f := Flow{Src: orig.Src.Unmap(), Dst: reply.Src.Unmap(), Proto: orig.Proto}
+	switch {
+	case orig.Proto == nft.ProtoICMP || orig.Proto == nft.ProtoICMPv6:
+		f.ICMPType = orig.ICMPType
+	case hasPorts(orig.Proto):
+		f.Dport = reply.Sport
+	}
+	return f
+}
+
+// hasPorts reports whether nft's `th dport` means something for the
+// protocol, as far as nftpolicy matches ports.
+func hasPorts(p nft.Proto) bool {
+	switch p {
+	case nft.ProtoTCP, nft.ProtoUDP, nft.ProtoSCTP, udpLite, dccp:
+		return true
+	}
+	return false
+}
+
+// Protocols with ports that NetworkPolicy cannot name but conntrack tracks.
+const (
+	dccp    nft.Proto = 33
+	udpLite nft.Proto = 136
+)
+
+// A Change is a write from table old to table new, as it bears on
+// connections conntrack already knows. It decides which of them lost their
+// permission. A nil table stands for no table: everything is accepted.
+// A Change is not safe for concurrent use (it caches verdicts).
+type Change struct {
+	old, new *nft.Table
+	oldHooks []string // forward base chains, by priority
+	newHooks []string
+
+	// Addresses looked up in the forward base chains' verdict maps, by
+	// field, of either table. When every flow outside them is accepted by
+	// both tables (filtered), only flows that touch one need a trace.
+	src, dst map[netip.Addr]bool
+	filtered bool
+
+	verdicts map[Flow]bool // flow → narrowed, within this Change
+}
+
+// NewChange describes the write from old to new.
+func NewChange(old, new *nft.Table) *Change {
+	c := &Change{
+		old: old, new: new,
+		oldHooks: forwardChains(old), newHooks: forwardChains(new),
+		src: map[netip.Addr]bool{}, dst: map[netip.Addr]bool{},
+		verdicts: map[Flow]bool{},
+	}
+	c.filtered = dispatchKeys(old, c.src, c.dst) && dispatchKeys(new, c.src, c.dst)
+	return c
+}
+
+// Nothing reports, without looking at any flow, that the change cannot have
+// taken permission from any flow: both tables are the same one, or neither
+// can drop a packet at all.
+func (c *Change) Nothing() bool {
+	return c.old == c.new || c.filtered && len(c.src) == 0 && len(c.dst) == 0
+}
+
+// Families are the IP families whose flows may have lost permission:
+// with the prefilter, those of the addresses in either table's maps;
+// otherwise both.
+func (c *Change) Families() (v4, v6 bool) {
+	if !c.filtered {
+		return true, true
+	}
+	for _, m := range []map[netip.Addr]bool{c.src, c.dst} {
+		for a := range m {
+			if nft.FamilyOf(a) == nft.IPv4 {
+				v4 = true
+			} else {
+				v6 = true
+			}
+		}
+	}
+	return v4, v6
+}
+
+// Concerns reports whether the flow may have lost permission at all: it
+// is false only for flows both tables accept without a trace.
+func (c *Change) Concerns(f Flow) bool {
+	return !c.filtered || c.src[f.Src] || c.dst[f.Dst]
+}
+
+// Narrows reports whether old accepted the flow's first packet and new
+// drops it.
+func (c *Change) Narrows(f Flow) (bool, error) {
+	if !c.Concerns(f) {
+		return false, nil
+	}
+	if v, ok := c.verdicts[f]; ok {
+		return v, nil
+	}
+	p := f.Packet()
+	after, err := verdict(c.new, c.newHooks, p)
+	if err != nil {
+		return false, fmt.Errorf("new table: %w", err)
+	}
+	narrowed := false
+	if after == nft.Drop {
+		before, err := verdict(c.old, c.oldHooks, p)
+		if err != nil {
+			return false, fmt.Errorf("old table: %w", err)
+		}
+		narrowed = before == nft.Accept
+	}
+	c.verdicts[f] = narrowed
+	return narrowed, nil
+}
+
+// verdict runs a NEW packet through every forward base chain of t, in
+// priority order: accept ends only its own base chain, drop is final.
+func verdict(t *nft.Table, hooks []string, p nft.Packet) (nft.VerdictKind, error) {
+	for _, name := range hooks {
+		res, err := nft.Trace(t, name, p)
+		if err != nil {
+			return "", err
+		}
+		if res.Verdict == nft.Drop {
+			return nft.Drop, nil
+		}
+	}
+	return nft.Accept, nil
+}
+
+// forwardChains names t's base chains on the forward hook, by priority.
+func forwardChains(t *nft.Table) []string {
+	if t == nil {
+		return nil
+	}
+	var chains []*nft.Chain
+	for _, ch := range t.Chains {
+		if ch.Hook != nil && ch.Hook.Hook == "forward" {
+			chains = append(chains, ch)
+		}
+	}
+	slices.SortStableFunc(chains, func(a, b *nft.Chain) int { return cmp.Compare(a.Hook.Priority, b.Hook.Priority) })
+	names := make([]string, len(chains))
+	for i, ch := range chains {
+		names[i] = ch.Name
+	}
+	return names
+}
+
+// dispatchKeys adds to src and dst the addresses t's forward base chains
+// look up in verdict maps, by the field looked up, and reports whether that
+// is the only way those chains can do anything but accept: policy accept,
+// no verdict but accept, and verdict maps keyed by address only. Then a packet whose
+// source and destination are no such key is accepted, whatever else it
+// is. The enforcer's base chain is such a chain (its maps are the dispatch
+// maps, one key per isolated local pod); for any other, it reports false.
+func dispatchKeys(t *nft.Table, src, dst map[netip.Addr]bool) bool {
+	if t == nil {
+		return true
+	}
+	sets := map[string]*nft.Set{}
+	for _, s := range t.Sets {
+		sets[s.Name] = s
+	}
+	for _, ch := range t.Chains {
+		if ch.Hook == nil || ch.Hook.Hook != "forward" {
+			continue
+		}
+		if ch.Hook.Policy != nft.Accept {
+			return false
+		}
+		for _, r := range ch.Rules {
+			for _, e := range r.Exprs {
+				switch e := e.(type) {
+				case nft.Verdict:
+					if e.Kind != nft.Accept {
+						return false
+					}
+				case nft.AddrVmap:
+					keys := dst
+					if e.Field == nft.Saddr {
+						keys = src
+					}
+					if s := sets[e.Map]; s != nil {
+						for _, el := range s.Elements {
+							keys[el.Addr] = true
+						}
+					}
+				case nft.CtStateEstablishedRelated, nft.AddrEq, nft.AddrInSet, nft.L4ProtoEq, nft.DportRange,
+					nft.AddrProtoPortInSet, nft.ICMPv6TypeRange, nft.MarkBitsSet, nft.SetMark:
+					// matches, and a mark write: they never end a packet's way
+				default:
+					return false // an expression this filter does not know: trace everything
+				}
+			}
+		}
+	}
+	return true
+}
+
+// Stats report one cleanup.
+type Stats struct {
+	Dumped     int // conntrack entries read
+	Local      int // skipped: to or from the namespace's own addresses
+	Related    int // skipped: expected by a helper (they have a master)
+	Candidates int // traced: an address is a key of a dispatch map, or no prefilter
+	Narrowed   int // allowed by old, dropped by new
+	Deleted    int // of those, deleted
+	Gone       int // of those, already gone when deleted (ENOENT)
+
+	Dump, Trace, Delete, Total time.Duration
+}
