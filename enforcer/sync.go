@@ -456,6 +456,9 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			}
 		case <-checkSoon.C:
 			checkArmed = false
+			if s.stopped() != nil {
+				continue // it writes nothing any more, repairs included
+			}
 			s.log.Info("another process committed to our table; checking it for drift now")
 			if _, err := s.CheckDrift(); err != nil {
 				s.log.Error("drift check failed", zap.Error(err))

@@ -45,6 +45,7 @@ type config struct {
 	markMask         uint32
 	allowMarkOverlap bool
 	allowEmpty       bool
+	takeOver         bool
 	denyUnknown      bool
 	podCIDRs         []netip.Prefix
 	table            string
@@ -135,6 +136,9 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
+	if cmd == "run" || cmd == "apply" {
+		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready")
+	}
 	fs.BoolVar(&cfg.denyUnknown, "default-deny-unknown", false, "drop forwarded traffic from or to an address of this node's pod CIDRs that is no known pod, until the pod is known")
 	fs.Func("pod-cidr", "this node's pod CIDR for --default-deny-unknown (repeatable; default: the Node's spec.podCIDRs)", func(s string) error {
 		p, err := netip.ParsePrefix(s)
@@ -258,7 +262,7 @@ func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
 }
 
 func (c *config) options() enforcer.Options {
-	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs}
+	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, TakeOver: c.takeOver, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs}
 }
 
 // load reads the manifests, or lists the API server, logging every object
@@ -436,7 +440,8 @@ func apply(cfg *config, log *zap.Logger) error {
 	table, problems := enforcer.Compile(snap, opts)
 	enforcer.LogProblems(log, problems)
 	start := time.Now()
-	batch, err := conn.Apply(table)
+	// Not over a table a running daemon owns, unless told to take over.
+	batch, err := enforcer.ApplyOnce(conn, table, cfg.takeOver, log)
 	if err != nil {
 		return fmt.Errorf("nothing programmed: %w", err)
 	}
@@ -488,6 +493,12 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 	}
 	defer conn.Close()
 	s := enforcer.NewSyncer(conn, cfg.options(), cfg.priority, log)
+	// One owner per table: a second daemon on this netns is refused here,
+	// before it serves health or writes anything, unless --take-over.
+	if err := s.Claim(); err != nil {
+		return err
+	}
+	defer s.Close()
 	src := &sourceState{}
 
 	if cfg.healthAddr != "" {
