@@ -28,6 +28,7 @@ type Syncer struct {
 	log      *zap.Logger
 	syncMu   sync.Mutex // one Sync at a time: the compiler keeps state between them
 	compiler *Compiler
+	reported map[string]bool // problems logged and still there; syncMu held
 
 	mu           sync.Mutex
 	generation   uint64       // successful syncs so far
@@ -123,7 +124,7 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	start := time.Now()
 	table, problems := s.compiler.Compile(snap, prio)
 	table.Comment = s.owner().Comment()
-	LogProblems(s.log, problems)
+	s.reportProblems(problems)
 	res := SyncResult{Table: table, CompileTime: time.Since(start)}
 	start = time.Now()
 	batch, err := s.write(table)
@@ -331,11 +332,36 @@ func (s *Syncer) Repairs() uint64 {
 	return s.repairs
 }
 
-// LogProblems logs each part of a snapshot the compiler left out.
+// LogProblems logs each part of a snapshot the compiler left out, names
+// and errors cut to a readable length (a name can be kilobytes long).
 func LogProblems(log *zap.Logger, problems []Problem) {
 	for _, p := range problems {
-		log.Warn("skipped part of the snapshot", zap.String("object", p.Object), zap.Error(p.Err))
+		logProblem(log, p)
 	}
+}
+
+func logProblem(log *zap.Logger, p Problem) {
+	log.Warn("skipped part of the snapshot", k8s.NameField("object", p.Object), k8s.ErrorField(p.Err))
+}
+
+// reportProblems logs each problem once, when it appears, and once more
+// when it is gone: a daemon syncing every second would otherwise repeat
+// every skipped object at every sync, and a new problem would drown.
+func (s *Syncer) reportProblems(problems []Problem) {
+	now := make(map[string]bool, len(problems))
+	for _, p := range problems {
+		key := p.Error()
+		now[key] = true
+		if !s.reported[key] {
+			logProblem(s.log, p)
+		}
+	}
+	for key := range s.reported {
+		if !now[key] {
+			s.log.Info("no longer skipped", k8s.ErrorField(errors.New(key)))
+		}
+	}
+	s.reported = now
 }
 
 // Status reports the number of successful syncs (a sync that found the
