@@ -71,6 +71,8 @@ type Change struct {
 	old, new *nft.Table
 	oldHooks []string // forward base chains, by priority
 	newHooks []string
+	oldTrace *nft.Tracer // nil for a nil table
+	newTrace *nft.Tracer
 
 	// Addresses looked up in the forward base chains' verdict maps, by
 	// field, of either table. When every flow outside them is accepted by
@@ -90,6 +92,12 @@ func NewChange(old, new *nft.Table) *Change {
 		verdicts: map[Flow]bool{},
 	}
 	c.filtered = dispatchKeys(old, c.src, c.dst) && dispatchKeys(new, c.src, c.dst)
+	if old != nil {
+		c.oldTrace = nft.NewTracer(old)
+	}
+	if new != nil {
+		c.newTrace = nft.NewTracer(new)
+	}
 	return c
 }
 
@@ -135,13 +143,13 @@ func (c *Change) Narrows(f Flow) (bool, error) {
 		return v, nil
 	}
 	p := f.Packet()
-	after, err := verdict(c.new, c.newHooks, p)
+	after, err := verdict(c.newTrace, c.newHooks, p)
 	if err != nil {
 		return false, fmt.Errorf("new table: %w", err)
 	}
 	narrowed := false
 	if after == nft.Drop {
-		before, err := verdict(c.old, c.oldHooks, p)
+		before, err := verdict(c.oldTrace, c.oldHooks, p)
 		if err != nil {
 			return false, fmt.Errorf("old table: %w", err)
 		}
@@ -151,11 +159,11 @@ func (c *Change) Narrows(f Flow) (bool, error) {
 	return narrowed, nil
 }
 
-// verdict runs a NEW packet through every forward base chain of t, in
+// verdict runs a NEW packet through the forward base chains of a table, in
 // priority order: accept ends only its own base chain, drop is final.
-func verdict(t *nft.Table, hooks []string, p nft.Packet) (nft.VerdictKind, error) {
+func verdict(t *nft.Tracer, hooks []string, p nft.Packet) (nft.VerdictKind, error) {
 	for _, name := range hooks {
-		res, err := nft.Trace(t, name, p)
+		res, err := t.Trace(name, p)
 		if err != nil {
 			return "", err
 		}

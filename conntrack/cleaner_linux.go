@@ -17,16 +17,20 @@ import (
 )
 
 // A Cleaner deletes the conntrack entries a policy change no longer allows,
-// in one network namespace, over ctnetlink. Its sockets are opened for each
-// call inside that namespace (netlink.Config.NetNS: a thread switched into
-// it creates the socket, which belongs to the namespace for its whole life),
-// so the calling thread never changes namespace. A Cleaner may be used from
-// several goroutines; calls run one at a time.
+// in one network namespace, over ctnetlink. Its sockets are created inside
+// that namespace (netlink.Config.NetNS: a thread switched into it creates
+// the socket, which belongs to the namespace for its whole life), so the
+// calling thread never changes namespace. They are kept from one call to
+// the next (creating them costs milliseconds, more than a small cleanup),
+// and made again after an error. A Cleaner may be used from several
+// goroutines; calls run one at a time.
 type Cleaner struct {
 	nsFd int // -1: the caller's own namespace
 
 	mu     sync.Mutex
 	closed bool
+	ct     *ctnl.Conn    // ctnetlink, nil until needed or after an error
+	rt     *netlink.Conn // rtnetlink, for the namespace's addresses
 }
 
 // Open returns a Cleaner for the network namespace netns, named as nft.Open
@@ -55,8 +59,37 @@ func (c *Cleaner) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.drop()
 	if c.nsFd >= 0 {
 		return unix.Close(c.nsFd)
+	}
+	return nil
+}
+
+// drop closes the sockets; the next call makes new ones.
+func (c *Cleaner) drop() {
+	if c.ct != nil {
+		c.ct.Close()
+		c.ct = nil
+	}
+	if c.rt != nil {
+		c.rt.Close()
+		c.rt = nil
+	}
+}
+
+// dial makes the sockets that are missing.
+func (c *Cleaner) dial() error {
+	var err error
+	if c.rt == nil {
+		if c.rt, err = netlink.Dial(unix.NETLINK_ROUTE, c.config()); err != nil {
+			return err
+		}
+	}
+	if c.ct == nil {
+		if c.ct, err = ctnl.Dial(c.config()); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -88,7 +121,14 @@ func (c *Cleaner) Narrowed(old, new *nft.Table) (Stats, error) {
 	if c.closed {
 		return Stats{}, errors.New("conntrack: cleaner closed")
 	}
+	if err := c.dial(); err != nil {
+		c.drop()
+		return Stats{}, fmt.Errorf("conntrack: netlink: %w", err)
+	}
 	st, err := c.narrowed(ch)
+	if err != nil {
+		c.drop() // a socket may hold the rest of a reply
+	}
 	st.Total = time.Since(start)
 	return st, err
 }
@@ -96,15 +136,11 @@ func (c *Cleaner) Narrowed(old, new *nft.Table) (Stats, error) {
 func (c *Cleaner) narrowed(ch *Change) (Stats, error) {
 	var st Stats
 	t0 := time.Now()
-	local, err := localAddrs(c.config())
+	local, err := localAddrs(c.rt)
 	if err != nil {
 		return st, fmt.Errorf("conntrack: list local addresses: %w", err)
 	}
-	conn, err := ctnl.Dial(c.config())
-	if err != nil {
-		return st, fmt.Errorf("conntrack: netlink: %w", err)
-	}
-	defer conn.Close()
+	conn := c.ct
 	flows, err := dump(conn, ch)
 	if err != nil {
 		return st, fmt.Errorf("conntrack: dump: %w", err)
@@ -193,12 +229,7 @@ func tupleOf(t ctnl.Tuple) Tuple {
 // localAddrs lists the addresses configured in the namespace
 // (RTM_GETADDR): a flow from or to one of them is the node's own, which
 // the forward hook never sees.
-func localAddrs(cfg *netlink.Config) (map[netip.Addr]bool, error) {
-	conn, err := netlink.Dial(unix.NETLINK_ROUTE, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
+func localAddrs(conn *netlink.Conn) (map[netip.Addr]bool, error) {
 	msgs, err := conn.Execute(netlink.Message{
 		Header: netlink.Header{Type: unix.RTM_GETADDR, Flags: netlink.Request | netlink.Dump},
 		Data:   make([]byte, unix.SizeofIfAddrmsg), // family AF_UNSPEC: both

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -277,10 +278,24 @@ func ctKey(src, dst netip.Addr, proto uint8, dport uint16) string {
 	return fmt.Sprintf("%s %s %d %d", src.Unmap(), dst.Unmap(), proto, dport)
 }
 
-// The policies: x/b admits TCP 8080 and UDP 80 from the namespaces named.
+// The policies: x/b admits TCP 8080 and UDP 80 from the namespaces named;
+// fromNodes also admits TCP 8080 from the underlay, the nodes' addresses,
+// so that the old table accepts what the node itself sends x/b and the new
+// one (fromY alone) does not: the cleaner must know such a flow never
+// crosses the forward hook.
 var (
 	fromXAndY = allowTo("web", "x", "y")
 	fromY     = allowTo("web", "y")
+	fromNodes = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {namespace: x, name: nodes}
+spec:
+  podSelector: {matchLabels: {pod: b}}
+  policyTypes: [Ingress]
+  ingress:
+    - from: [{ipBlock: {cidr: 192.168.255.0/24}}, {ipBlock: {cidr: "fd00:ffff::/64"}}]
+      ports: [{protocol: TCP, port: 8080}]
+`
 )
 
 // TestKernelNarrowedFlowsStop: connections open under a table that allows
@@ -290,7 +305,7 @@ var (
 // not touch keep their entries.
 func TestKernelNarrowedFlowsStop(t *testing.T) {
 	d := newDataPlane(t)
-	old, tight := d.table(t, fromXAndY), d.table(t, fromY)
+	old, tight := d.table(t, fromXAndY, fromNodes), d.table(t, fromY)
 	d.apply(t, old)
 
 	xb4, xb6 := d.addr("x/b", netns.IPv4), d.addr("x/b", netns.IPv6)
@@ -424,7 +439,7 @@ func TestKernelNarrowedThroughDNAT(t *testing.T) {
 // no packets needed.
 func TestKernelNarrowedLeavesWhatOnlyLooksDenied(t *testing.T) {
 	d := newDataPlane(t)
-	old, tight := d.table(t, fromXAndY), d.table(t, fromY)
+	old, tight := d.table(t, fromXAndY, fromNodes), d.table(t, fromY)
 	d.apply(t, old)
 	xa, xb := d.addr("x/a", netns.IPv4), d.addr("x/b", netns.IPv4)
 	entries := []struct {
@@ -515,4 +530,69 @@ func keyOf(f *flow) string {
 		proto = unix.IPPROTO_UDP
 	}
 	return ctKey(l.Addr(), r.Addr(), proto, r.Port())
+}
+
+// TestKernelServerFirstAfterCleanup is a known gap, skipped unless
+// NFTPOLICY_KNOWN_GAPS is set: when, after the cleanup, the server of a
+// narrowed TCP connection sends first, conntrack picks the connection up
+// mid-stream (nf_conntrack_tcp_loose) in the reverse orientation, server →
+// client, which our chain judges as x/b connecting to x/a: allowed. The
+// client's packets are then replies, established, and the flow is back.
+// Deleting the entry cannot prevent that; the ruleset must (see the
+// package documentation, # Limits).
+func TestKernelServerFirstAfterCleanup(t *testing.T) {
+	if os.Getenv("NFTPOLICY_KNOWN_GAPS") == "" {
+		t.Skip("known gap; set NFTPOLICY_KNOWN_GAPS=1 to run")
+	}
+	d := newDataPlane(t)
+	const pushPort = 8081
+	port := func(s string) string { return strings.ReplaceAll(s, "port: 8080", fmt.Sprintf("port: %d", pushPort)) }
+	old, tight := d.table(t, port(fromXAndY)), d.table(t, port(fromY))
+	d.apply(t, old)
+	var ln net.Listener
+	if err := inNetns(d.pods["x/b"].NetnsPath(), func() (err error) {
+		ln, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", fmt.Sprintf(":%d", pushPort))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client := dialFrom(t, d.pods["x/a"].NetnsPath(), "tcp", netip.AddrPortFrom(d.addr("x/b", netns.IPv4), pushPort), "tcp x/a -> x/b")
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	// A server that talks first: it sends, the client answers.
+	talk := func(timeout time.Duration) bool {
+		buf := make([]byte, 4)
+		server.SetDeadline(time.Now().Add(timeout))
+		client.conn.SetDeadline(time.Now().Add(timeout))
+		if _, err := server.Write([]byte("push")); err != nil {
+			return false
+		}
+		if _, err := io.ReadFull(client.conn, buf); err != nil {
+			return false
+		}
+		if _, err := client.conn.Write([]byte("more")); err != nil {
+			return false
+		}
+		_, err := io.ReadFull(server, buf)
+		return err == nil
+	}
+	if !talk(passTimeout) {
+		t.Fatal("blocked under the allowing table")
+	}
+	cleaner, err := conntrack.Open(d.node.NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleaner.Close()
+	d.apply(t, tight)
+	if st, err := cleaner.Narrowed(old, tight); err != nil || st.Deleted != 1 {
+		t.Fatalf("Narrowed = %+v, %v; want one entry deleted", st, err)
+	}
+	if talk(blockTimeout) {
+		t.Error("the narrowed connection is back once its server sent first")
+	}
 }

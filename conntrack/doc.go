@@ -36,15 +36,37 @@
 //
 // # Cost
 //
-// Tracing is cheap next to the dump, and most entries need no trace at
-// all: when a table's forward base chains can only drop through their
-// verdict maps keyed by address (the enforcer's dispatch maps
+// Most entries need no trace: when a table's forward base chains can only
+// drop through verdict maps keyed by address (the enforcer's dispatch maps
 // ingress-pods-v4 and the like, one element per isolated local pod), a flow
-// whose addresses are no key of either table's maps gets accept from both,
-// and is skipped. When neither table has such an address, nothing can have
-// narrowed and nothing is read from the kernel. Verdicts are cached per
-// (source, destination, protocol, port) within one call. A table whose base
-// chain can drop by other means (a hand-built one) is traced for every flow.
+// whose addresses are no key of either table's maps is accepted by both,
+// and skipped. When neither table has such an address, or both are the
+// same table, nothing can have narrowed and nothing is read from the
+// kernel (microseconds). A table whose base chain can drop by other means
+// (a hand-built one) is traced for every flow. Verdicts are cached per
+// (source, destination, protocol, port) within one call, and each table is
+// indexed once for tracing (nft.Tracer).
+//
+// Otherwise a call dumps conntrack, which walks the kernel's whole hash
+// table, shared by every namespace of the host: about 5 ms with 262144
+// buckets and one entry, 70-100 ms at 10k entries. Tracing costs about 5 µs
+// per traced flow and table, deleting 20-40 µs per entry (one request and
+// ack each). BenchmarkKernelNarrowed10k has the figures.
+//
+// # Limits
+//
+// Deleting an entry makes the flow's next packet NEW, whichever end sends
+// it. If that is the server's (a reply still in flight at the delete, or a
+// server that talks first), conntrack picks the connection up in the
+// reverse orientation, server to client, which the policy usually allows;
+// the client's packets are then replies, established, and the flow is
+// back. TestKernelServerFirstAfterCleanup (skipped unless
+// NFTPOLICY_KNOWN_GAPS is set) shows it for TCP, and
+// BenchmarkKernelTightenToFirstDrop counts how often a continuous UDP
+// flow comes back. Closing that needs the ruleset: for instance a revoked
+// bit in the conntrack mark, set over ctnetlink instead of deleting (a
+// masked CTA_MARK/CTA_MARK_MASK update) and dropped ahead of the
+// established accept.
 //
 // # Use
 //
