@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nftpolicy/nftpolicy/conntrack"
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -29,6 +30,11 @@ type Syncer struct {
 	syncMu   sync.Mutex // one Sync at a time: the compiler keeps state between them
 	compiler *Compiler
 	reported map[string]bool // problems logged and still there; syncMu held
+
+	// Conntrack cleanup (see FollowConntrack); syncMu held.
+	cleaner     *conntrack.Cleaner
+	cleaned     *nft.Table // the table the last cleanup brought conntrack in line with
+	cleanedOnce bool
 
 	mu           sync.Mutex
 	generation   uint64       // successful syncs so far
@@ -133,6 +139,9 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 		return res, err
 	}
 	res.Batch = batch
+	if err := s.cleanConntrack(table, batch.Messages > 0); err != nil {
+		return res, err
+	}
 	if batch.Messages > 0 {
 		s.log.Info("programmed table",
 			zap.String("table", "inet "+table.Name),

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/nftpolicy/nftpolicy/conntrack"
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -46,6 +47,7 @@ type config struct {
 	allowMarkOverlap bool
 	allowEmpty       bool
 	takeOver         bool
+	conntrackCleanup bool
 	denyUnknown      bool
 	podCIDRs         []netip.Prefix
 	table            string
@@ -137,6 +139,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
 	if cmd == "run" || cmd == "apply" {
+		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, delete the conntrack entries of established flows the new ruleset no longer allows, so they stop at their next packet")
 		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready")
 	}
 	fs.BoolVar(&cfg.denyUnknown, "default-deny-unknown", false, "drop forwarded traffic from or to an address of this node's pod CIDRs that is no known pod, until the pod is known")
@@ -445,6 +448,13 @@ func apply(cfg *config, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("nothing programmed: %w", err)
 	}
+	if cfg.conntrackCleanup {
+		// What was programmed before is not known here: every established
+		// flow the new table denies is stopped.
+		if err := cleanConntrack(cfg.netns, table, log); err != nil {
+			return fmt.Errorf("table programmed: %w", err)
+		}
+	}
 	log.Info("programmed table", zap.String("table", "inet "+table.Name), zap.Int32("priority", opts.Priority),
 		zap.Int("messages", batch.Messages), zap.Duration("apply", time.Since(start)))
 	return leftOut(objErrs, problems, nodeErr)
@@ -499,6 +509,14 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		return err
 	}
 	defer s.Close()
+	if cfg.conntrackCleanup {
+		cl, err := conntrack.Open(cfg.netns)
+		if err != nil {
+			return fmt.Errorf("--conntrack-cleanup (turn it off with --conntrack-cleanup=false): %w", err)
+		}
+		defer cl.Close()
+		s.FollowConntrack(cl)
+	}
 	src := &sourceState{}
 
 	if cfg.healthAddr != "" {
@@ -737,4 +755,22 @@ func healthHandler(s *enforcer.Syncer, src *sourceState) http.Handler {
 		}
 	})
 	return mux
+}
+
+// cleanConntrack deletes the conntrack entries of the flows table denies
+// (apply's --conntrack-cleanup).
+func cleanConntrack(netns string, table *nft.Table, log *zap.Logger) error {
+	cl, err := conntrack.Open(netns)
+	if err != nil {
+		return fmt.Errorf("conntrack cleanup: %w", err)
+	}
+	defer cl.Close()
+	st, err := cl.Narrowed(nil, table)
+	if err != nil {
+		return fmt.Errorf("conntrack cleanup: %w", err)
+	}
+	if st.Deleted > 0 {
+		log.Info("deleted the conntrack entries of flows the table does not allow", zap.Int("deleted", st.Deleted), zap.Duration("took", st.Total))
+	}
+	return nil
 }
