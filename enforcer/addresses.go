@@ -22,10 +22,14 @@ import (
 // So each address is given to one claimant, the same whatever the order
 // events arrived in:
 //
-//  1. a pod that is not terminating wins over one that is: the IP has
+//  1. a pod of this node wins over a pod of another node: an address this
+//     node routes to one of its own pods is that pod's, whatever an object
+//     elsewhere claims (a stale object, or a compromised kubelet on another
+//     node, must not take a local pod's isolation away);
+//  2. a pod that is not terminating wins over one that is: the IP has
 //     been handed on, and the new holder is the one sending from it;
-//  2. otherwise the newer pod (by creation time) wins;
-//  3. otherwise the first by namespace/name, only so that the choice is
+//  3. otherwise the newer pod (by creation time) wins;
+//  4. otherwise the first by namespace/name, only so that the choice is
 //     deterministic.
 //
 // The losers take part in policy with their other addresses only (a pod
@@ -44,6 +48,9 @@ type claim struct {
 
 // outranks reports whether a wins an address over b.
 func (a *claim) outranks(b *claim) bool {
+	if a.view.local != b.view.local {
+		return a.view.local
+	}
 	if a.terminating != b.terminating {
 		return b.terminating
 	}
@@ -171,9 +178,12 @@ func (c *Compiler) effectiveView(cl *claim) *pod {
 			continue
 		}
 		why := "newer"
-		if cl.terminating && !w.terminating {
+		switch {
+		case w.view.local && !cl.view.local:
+			why = "on this node"
+		case cl.terminating && !w.terminating:
 			why = "not terminating"
-		} else if w.created.Equal(cl.created) {
+		case w.created.Equal(cl.created):
 			why = "first by name"
 		}
 		c.addrProblems[cl.view.key] = append(c.addrProblems[cl.view.key], Problem{

@@ -26,6 +26,10 @@ func createdAt(sec int64) func(*corev1.Pod) {
 	return func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(time.Unix(sec, 0)) }
 }
 
+func onNode(n string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Spec.NodeName = n }
+}
+
 func terminating(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Unix(2e9, 0)} }
 
 func labelled(k, v string) func(*corev1.Pod) {
@@ -62,15 +66,18 @@ func TestDuplicateAddressOnePodWins(t *testing.T) {
 		old, new   []func(*corev1.Pod)
 		wantWinner string // "x/a" or "x/new"
 		why        string
+		remote     bool // x/new is on another node: not isolated here once it has the address
 	}{
 		{"the pod that is not terminating wins, though older",
-			[]func(*corev1.Pod){createdAt(200), terminating}, []func(*corev1.Pod){createdAt(100)}, "x/new", "not terminating"},
+			[]func(*corev1.Pod){createdAt(200), terminating}, []func(*corev1.Pod){createdAt(100)}, "x/new", "not terminating", false},
 		{"otherwise the newer pod wins",
-			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(200)}, "x/new", "newer"},
+			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(200)}, "x/new", "newer", false},
 		{"a newer pod wins over an older one also when both terminate",
-			[]func(*corev1.Pod){createdAt(200), terminating}, []func(*corev1.Pod){createdAt(100), terminating}, "x/a", "newer"},
+			[]func(*corev1.Pod){createdAt(200), terminating}, []func(*corev1.Pod){createdAt(100), terminating}, "x/a", "newer", false},
+		{"a pod of this node wins over a newer pod of another node",
+			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(200), onNode("node-2")}, "x/a", "on this node", true},
 		{"same age: the first by name, only to be deterministic",
-			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(100)}, "x/a", "first by name"},
+			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(100)}, "x/a", "first by name", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := *base
@@ -105,6 +112,12 @@ func TestDuplicateAddressOnePodWins(t *testing.T) {
 				t.Errorf("after the winner went: problems %q", problemStrings(problems))
 			}
 			fromY, fromZ = tracePods(t, table, "y/b", "x/a"), tracePods(t, table, "z/b", "x/a")
+			if tc.remote {
+				if !fromY || !fromZ {
+					t.Errorf("after the local pod went: y→addr allowed=%v, z→addr allowed=%v: a pod of another node is not isolated here", fromY, fromZ)
+				}
+				return
+			}
 			if got := map[bool]string{true: "x/a", false: "x/new"}[fromY && !fromZ]; got != loser || fromY == fromZ {
 				t.Errorf("after the winner went: y→addr allowed=%v, z→addr allowed=%v: want the policy of %s alone", fromY, fromZ, loser)
 			}

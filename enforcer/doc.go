@@ -56,9 +56,9 @@
 //
 // Each address speaks for one pod: it is one key of a dispatch map and a
 // member of peer sets as one pod's labels say. When two pods report the
-// same IP (an IP reused while a terminating pod's object lingers), the one
-// that is not terminating wins it, otherwise the newer one, otherwise the
-// first by name; the other takes part with its other addresses only and is
+// same IP (an IP reused while a terminating pod's object lingers), a pod of
+// this node wins it over a pod of another node, then the one that is not
+// terminating, otherwise the newer one, otherwise the first by name; the other takes part with its other addresses only and is
 // reported as a Problem naming both. A terminating pod keeps its address,
 // isolated by its policies, until another pod claims it.
 //
