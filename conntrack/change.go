@@ -17,11 +17,12 @@ type Flow struct {
 	Proto    nft.Proto
 	Dport    uint16 // zero for protocols without ports
 	ICMPType uint8  // for ICMP and ICMPv6, the type of the first message
+	DNAT     bool   // the destination was translated (a Service address)
 }
 
 // Packet is the NEW packet nft.Trace evaluates for the flow.
 func (f Flow) Packet() nft.Packet {
-	return nft.Packet{Src: f.Src, Dst: f.Dst, Proto: f.Proto, Dport: f.Dport, ICMPType: f.ICMPType}
+	return nft.Packet{Src: f.Src, Dst: f.Dst, Proto: f.Proto, Dport: f.Dport, ICMPType: f.ICMPType, DNAT: f.DNAT}
 }
 
 // A Tuple is one direction of a conntrack entry.
@@ -38,6 +39,9 @@ type Tuple struct {
 // original ICMP type.
 func FlowOf(orig, reply Tuple) Flow {
 	f := Flow{Src: orig.Src.Unmap(), Dst: reply.Src.Unmap(), Proto: orig.Proto}
+	// The destination was translated when the reply comes from elsewhere
+	// (as ct status dnat says; a port-only DNAT shows in the ports).
+	f.DNAT = orig.Dst.Unmap() != f.Dst || (hasPorts(orig.Proto) && orig.Dport != reply.Sport)
 	switch {
 	case orig.Proto == nft.ProtoICMP || orig.Proto == nft.ProtoICMPv6:
 		f.ICMPType = orig.ICMPType
@@ -232,7 +236,7 @@ func dispatchKeys(t *nft.Table, src, dst map[netip.Addr]bool) bool {
 							keys[el.Addr] = true
 						}
 					}
-				case nft.CtStateEstablishedRelated, nft.AddrEq, nft.AddrInSet, nft.L4ProtoEq, nft.DportRange,
+				case nft.CtStateEstablishedRelated, nft.CtStatusDNAT, nft.AddrEq, nft.AddrInSet, nft.L4ProtoEq, nft.DportRange,
 					nft.AddrProtoPortInSet, nft.ICMPv6TypeRange, nft.MarkBitsSet, nft.SetMark:
 					// matches, and a mark write: they never end a packet's way
 				default:

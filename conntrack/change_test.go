@@ -99,7 +99,13 @@ func TestFlowOfTakesTheForwardHooksView(t *testing.T) {
 		name:  "DNAT and SNAT",
 		orig:  conntrack.Tuple{Src: a(xa), Dst: a("10.96.0.10"), Proto: nft.ProtoUDP, Sport: 40000, Dport: 80},
 		reply: conntrack.Tuple{Src: a(xb), Dst: a("192.168.0.1"), Proto: nft.ProtoUDP, Sport: 8080, Dport: 1234},
-		want:  conntrack.Flow{Src: a(xa), Dst: a(xb), Proto: nft.ProtoUDP, Dport: 8080},
+		want:  conntrack.Flow{Src: a(xa), Dst: a(xb), Proto: nft.ProtoUDP, Dport: 8080, DNAT: true},
+	}, {
+		// A pod hairpinned to itself through a Service: translated.
+		name:  "hairpin",
+		orig:  conntrack.Tuple{Src: a(xa), Dst: a("10.96.0.10"), Proto: nft.ProtoTCP, Sport: 40000, Dport: 80},
+		reply: conntrack.Tuple{Src: a(xa), Dst: a(xa), Proto: nft.ProtoTCP, Sport: 8080, Dport: 40000},
+		want:  conntrack.Flow{Src: a(xa), Dst: a(xa), Proto: nft.ProtoTCP, Dport: 8080, DNAT: true},
 	}, {
 		name:  "ICMP echo: a type, no port",
 		orig:  conntrack.Tuple{Src: a(xa), Dst: a(xb), Proto: nft.ProtoICMP, ICMPType: 8},

@@ -514,11 +514,15 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		Comment: "allowed: clear our bits and go on",
 	})
 	// Self traffic is checked last: only what no policy allowed pays for
-	// it, not every allowed connection. Our bit is clear here.
+	// it, not every allowed connection. Our bit is clear here. A pod's
+	// packets to itself cross the forward hook only when hairpinned through
+	// a Service, so only a translated connection counts: another pod could
+	// otherwise forge the source address of an isolated pod and be let in
+	// as the pod itself (the adversarial pass did, over IPv6).
 	for _, ip := range pd.ips {
 		ch.Rules = append(ch.Rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.Verdict{Kind: nft.Return}},
-			Comment: "a pod may always reach itself",
+			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}},
+			Comment: "a pod may always reach itself (through a Service)",
 		})
 	}
 	ch.Rules = append(ch.Rules, nft.Rule{

@@ -438,6 +438,7 @@ func TestCompileTrace(t *testing.T) {
 			for _, f := range []nft.IPFamily{nft.IPv4, nft.IPv6} {
 				for _, p := range tc.probes {
 					pkt := nft.Packet{Src: addrOf(t, p.from, f), Dst: addrOf(t, p.to, f), Proto: p.proto, Dport: p.port, Mark: otherMark}
+					pkt.DNAT = pkt.Src == pkt.Dst // a pod reaches itself over forward only through a Service
 					if nft.FamilyOf(pkt.Src) != nft.FamilyOf(pkt.Dst) {
 						continue // a literal address of the other family
 					}
@@ -449,7 +450,7 @@ func TestCompileTrace(t *testing.T) {
 					var diff []string
 					for _, from := range allPods() {
 						for _, to := range allPods() {
-							pkt := nft.Packet{Src: addrOf(t, from, f), Dst: addrOf(t, to, f), Proto: m.proto, Dport: m.port, Mark: otherMark}
+							pkt := nft.Packet{Src: addrOf(t, from, f), Dst: addrOf(t, to, f), Proto: m.proto, Dport: m.port, Mark: otherMark, DNAT: from == to}
 							if got, want := traceAllowed(t, table, pkt), m.want(from, to); got != want {
 								diff = append(diff, fmt.Sprintf("  %s→%s allowed=%v want %v", from, to, got, want))
 							}
@@ -569,8 +570,13 @@ func TestCompileSelfTraffic(t *testing.T) {
 	table := mustCompile(t, cluster(policy("x", "deny", denyIngress, denyEgress)))
 	for _, f := range []nft.IPFamily{nft.IPv4, nft.IPv6} {
 		a := addrOf(t, "x/a", f)
-		if !traceAllowed(t, table, nft.Packet{Src: a, Dst: a, Proto: nft.ProtoTCP, Dport: 80}) {
+		if !traceAllowed(t, table, nft.Packet{Src: a, Dst: a, Proto: nft.ProtoTCP, Dport: 80, DNAT: true}) {
 			t.Errorf("%s: x/a cannot reach itself (hairpin through a Service)", f.Keyword())
+		}
+		// Another pod forging x/a's address as its source reaches x/a
+		// without a Service: no translation, no exemption.
+		if traceAllowed(t, table, nft.Packet{Src: a, Dst: a, Proto: nft.ProtoUDP, Dport: 80}) {
+			t.Errorf("%s: a packet forging x/a's own address as source is let in to x/a", f.Keyword())
 		}
 	}
 }

@@ -168,7 +168,7 @@ func verdicts(t *testing.T, table *nft.Table, snap *k8s.Snapshot) []string {
 				continue
 			}
 			for _, pp := range ports {
-				pkt := nft.Packet{Src: src.ip, Dst: dst.ip, Proto: pp.proto, Dport: pp.port, Mark: otherMark}
+				pkt := nft.Packet{Src: src.ip, Dst: dst.ip, Proto: pp.proto, Dport: pp.port, Mark: otherMark, DNAT: src.ip == dst.ip}
 				if traceAllowed(t, table, pkt) {
 					out = append(out, strings.Join([]string{src.name, src.ip.String(), dst.name, dst.ip.String(), pp.proto.String(), fmt.Sprint(pp.port)}, " "))
 				}

@@ -102,6 +102,10 @@ func FamilyOf(a netip.Addr) IPFamily {
 // `ct state established,related`.
 type CtStateEstablishedRelated struct{}
 
+// CtStatusDNAT matches a connection whose destination was translated (a
+// Service address replaced by an endpoint's): `ct status dnat`.
+type CtStatusDNAT struct{}
+
 // AddrEq matches one address: `ip saddr 10.0.0.1`.
 type AddrEq struct {
 	Field AddrField
@@ -172,6 +176,7 @@ const (
 )
 
 func (CtStateEstablishedRelated) isExpr() {}
+func (CtStatusDNAT) isExpr()              {}
 func (AddrEq) isExpr()                    {}
 func (AddrInSet) isExpr()                 {}
 func (AddrVmap) isExpr()                  {}

@@ -686,6 +686,16 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 					Xor:  binaryutil.NativeEndian.PutUint32(0)},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(0)},
 			)
+		case CtStatusDNAT:
+			// IPS_DST_NAT (include/uapi/linux/netfilter/nf_conntrack_common.h).
+			const ipsDstNAT = 1 << 5
+			out = append(out,
+				&expr.Ct{Register: reg1, Key: expr.CtKeySTATUS},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+					Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT),
+					Xor:  binaryutil.NativeEndian.PutUint32(0)},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(0)},
+			)
 		case AddrEq:
 			f := FamilyOf(e.Addr)
 			out = append(out, matchNfproto(f)...)

@@ -43,6 +43,7 @@ func sampleTable() *Table {
 			{Name: "pod-x/a", Rules: []Rule{
 				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{AddrEq{Field: Daddr, Addr: a("fd00::1")}, Verdict{Kind: Return}}},
+				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, CtStatusDNAT{}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{Verdict{Kind: Jump, Chain: "np-x/allow"}}},
 				{Exprs: []Expr{MarkBitsSet{Bits: 0x40}, SetMark{Clear: 0x40}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{Verdict{Kind: Drop}}, Comment: "x/a: no policy allows"},
@@ -106,7 +107,7 @@ func TestKernelApplyReplacesAtomically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.Chains["pod-x/a"]; len(got) != 5 || got[4] != "x/a: no policy allows" {
+	if got := st.Chains["pod-x/a"]; len(got) != 6 || got[5] != "x/a: no policy allows" {
 		t.Errorf("ReadTable chain pod-x/a comments = %q", got)
 	}
 	if got := st.Sets["np-v4"]; got != 1 {

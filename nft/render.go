@@ -140,6 +140,8 @@ func renderExpr(e Expr) string {
 	switch e := e.(type) {
 	case CtStateEstablishedRelated:
 		return "ct state established,related"
+	case CtStatusDNAT:
+		return "ct status dnat"
 	case AddrEq:
 		return fmt.Sprintf("%s %s %s", FamilyOf(e.Addr).Keyword(), e.Field, e.Addr)
 	case AddrInSet:

@@ -15,6 +15,9 @@ type Packet struct {
 	// Established marks a packet of a connection conntrack already knows
 	// (ct state established or related); otherwise the packet is NEW.
 	Established bool
+	// DNAT marks a connection whose destination was translated on its way
+	// in (a Service address to an endpoint): ct status dnat.
+	DNAT bool
 }
 
 // A TraceResult is the outcome of a packet through a table's base chain.
@@ -85,6 +88,10 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 		switch e := e.(type) {
 		case CtStateEstablishedRelated:
 			if !p.Established {
+				return "", nil
+			}
+		case CtStatusDNAT:
+			if !p.DNAT {
 				return "", nil
 			}
 		case AddrEq:

@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 )
@@ -71,14 +70,11 @@ func ListTable(t testing.TB, netns, table string) string {
 	return Nft(t, netns, "", "list", "table", "inet", table)
 }
 
-var ownerComment = regexp.MustCompile(`(?m)^\tcomment "nftpolicy owner=[^"]*"\n`)
-
 // AssertSameAsNft is the oracle of the kernel tests. apply programs a table
 // into the namespace it is given (our netlink path); text is the same table
 // rendered as nft input. Both namespaces are listed with `nft list table`,
 // and the listings must be identical and free of anything nft could not
-// decode, but for the owner record of a table applied by nftpolicy apply
-// or run. It returns the listing.
+// decode. It returns the listing.
 func AssertSameAsNft(t testing.TB, table string, apply func(netns string) error, text string) string {
 	t.Helper()
 	ours, theirs := New(t, "nftpt"), New(t, "nftpt")
@@ -87,9 +83,6 @@ func AssertSameAsNft(t testing.TB, table string, apply func(netns string) error,
 	}
 	Nft(t, theirs, text, "-f", "-")
 	got, want := ListTable(t, ours, table), ListTable(t, theirs, table)
-	// The owner record names the process that applied the table; the
-	// rendered text has none to give nft.
-	got = ownerComment.ReplaceAllString(got, "")
 	if got != want {
 		t.Errorf("netlink table differs from nft -f of the rendered text\n--- nft -f:\n%s\n--- netlink:\n%s", want, got)
 	}
