@@ -112,6 +112,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy %s: %v\n", cmd, err)
+		if errors.Is(err, syscall.EPERM) {
+			fmt.Fprintf(stderr, "nftpolicy %s: the kernel refused: nftpolicy needs CAP_NET_ADMIN (and CAP_SYS_ADMIN to enter another namespace with --netns)\n", cmd)
+		}
 		var partial *partialError
 		if errors.As(err, &partial) {
 			return exitPartial
