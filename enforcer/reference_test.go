@@ -1,0 +1,339 @@
+package enforcer
+
+import (
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// This file is the reference evaluator of FuzzCompile: NetworkPolicy read
+// straight from the API documentation (the doc comments of
+// k8s.io/api/networking/v1 and
+// https://kubernetes.io/docs/concepts/services-networking/network-policies/),
+// one connection at a time, with no table, set or chain in sight. It must
+// not call the compiler: its worth is that it is written independently.
+// It reads the snapshot as the API server would hand it out, so it applies
+// the API defaults itself (a port without protocol is TCP, policyTypes from
+// the rules, the kubernetes.io/metadata.name label on every namespace).
+//
+// Besides the API, it follows the node's part in the design (DESIGN.md):
+// ingress and egress are enforced for the pods of this node only, peers
+// come from the whole cluster; a pod may always reach itself; pods in phase
+// Succeeded or Failed, without an IP, or on the host network take no part
+// (their addresses are ordinary addresses).
+
+// A refConn is the first packet of a connection.
+type refConn struct {
+	src, dst netip.Addr
+	proto    nft.Proto
+	port     uint16 // destination port; 0 for ICMP
+	// dnat: the destination was translated on the way (a Service address
+	// to an endpoint). A pod's packets to itself cross the node only so,
+	// hairpinned through a Service; one that arrives untranslated with the
+	// pod's own address as source and destination is forged.
+	dnat bool
+}
+
+// A reference evaluates connections in one snapshot for one node.
+type reference struct {
+	snap *k8s.Snapshot
+	node string
+	pods map[netip.Addr]*corev1.Pod // the pods taking part, by address
+}
+
+func newReference(snap *k8s.Snapshot, node string) reference {
+	r := reference{snap: snap, node: node, pods: map[netip.Addr]*corev1.Pod{}}
+	for _, p := range snap.Pods {
+		if takesPart(p) {
+			for _, a := range podAddrs(p) {
+				r.pods[a] = p
+			}
+		}
+	}
+	return r
+}
+
+// allowed decides a connection: the egress check of its source, when that
+// is a pod of this node isolated for egress, and the ingress check of its
+// destination, when that is a pod of this node isolated for ingress. A pod
+// may always reach itself (through a Service: see refConn.dnat).
+func (r reference) allowed(c refConn) bool {
+	src, dst := r.podAt(c.src), r.podAt(c.dst)
+	if src != nil && src == dst && c.dnat {
+		return true
+	}
+	if src != nil && src.Spec.NodeName == r.node {
+		if pols := r.isolating(src, networkingv1.PolicyTypeEgress); len(pols) > 0 && !r.anyEgressAllows(pols, c, dst) {
+			return false
+		}
+	}
+	if dst != nil && dst.Spec.NodeName == r.node {
+		if pols := r.isolating(dst, networkingv1.PolicyTypeIngress); len(pols) > 0 && !r.anyIngressAllows(pols, c, src, dst) {
+			return false
+		}
+	}
+	return true
+}
+
+// takesPart: "pods in phase Succeeded/Failed, without IP, or hostNetwork
+// take no part".
+func takesPart(p *corev1.Pod) bool {
+	return !p.Spec.HostNetwork && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
+		len(podAddrs(p)) > 0
+}
+
+func podAddrs(p *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range append([]string{p.Status.PodIP}, podIPStrings(p)...) {
+		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func podIPStrings(p *corev1.Pod) []string {
+	var out []string
+	for _, ip := range p.Status.PodIPs {
+		out = append(out, ip.IP)
+	}
+	return out
+}
+
+// podAt is the pod taking part that has the address, or nil.
+func (r reference) podAt(a netip.Addr) *corev1.Pod { return r.pods[a] }
+
+// namespaceLabels are a namespace's labels with the immutable
+// kubernetes.io/metadata.name label the control plane sets on every
+// namespace.
+func (r reference) namespaceLabels(name string) map[string]string {
+	out := map[string]string{}
+	for _, ns := range r.snap.Namespaces {
+		if ns.Name == name {
+			for k, v := range ns.Labels {
+				out[k] = v
+			}
+		}
+	}
+	out[corev1.LabelMetadataName] = name
+	return out
+}
+
+// effectiveTypes is policyTypes as documented: "If this field is not
+// specified, it will default based on the existence of ingress or egress
+// rules; policies that contain an egress section are assumed to affect
+// egress, and all policies (whether or not they contain an ingress section)
+// are assumed to affect ingress."
+func effectiveTypes(np *networkingv1.NetworkPolicy) []networkingv1.PolicyType {
+	if len(np.Spec.PolicyTypes) > 0 {
+		return np.Spec.PolicyTypes
+	}
+	types := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	if len(np.Spec.Egress) > 0 {
+		types = append(types, networkingv1.PolicyTypeEgress)
+	}
+	return types
+}
+
+// isolating lists the policies that select pod (podSelector, within the
+// policy's namespace) and apply to the direction: the pod is isolated for
+// it when there is at least one.
+func (r reference) isolating(pod *corev1.Pod, t networkingv1.PolicyType) []*networkingv1.NetworkPolicy {
+	var out []*networkingv1.NetworkPolicy
+	for _, np := range r.snap.Policies {
+		if np.Namespace == pod.Namespace && slices.Contains(effectiveTypes(np), t) && selectorMatches(&np.Spec.PodSelector, pod.Labels) {
+			out = append(out, np)
+		}
+	}
+	return out
+}
+
+// anyIngressAllows: "traffic is allowed if it matches at least one rule
+// across all of the policies selecting the pod". A rule matches when the
+// source matches one of its from peers (all sources when from is empty or
+// missing) and the connection one of its ports (all when ports is empty
+// or missing).
+func (r reference) anyIngressAllows(pols []*networkingv1.NetworkPolicy, c refConn, src, dst *corev1.Pod) bool {
+	for _, np := range pols {
+		for _, rule := range np.Spec.Ingress {
+			if r.peersMatch(np.Namespace, rule.From, c.src, src) && portsMatch(rule.Ports, c, dst) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (r reference) anyEgressAllows(pols []*networkingv1.NetworkPolicy, c refConn, dst *corev1.Pod) bool {
+	for _, np := range pols {
+		for _, rule := range np.Spec.Egress {
+			if r.peersMatch(np.Namespace, rule.To, c.dst, dst) && portsMatch(rule.Ports, c, dst) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// peersMatch: "If this field is empty or missing, this rule matches all
+// sources (traffic not restricted by source). If this field is present and
+// contains at least one item, this rule allows traffic only if the traffic
+// matches at least one item in the from list." addr is the peer's address,
+// pod the pod taking part that has it, if any.
+func (r reference) peersMatch(policyNS string, peers []networkingv1.NetworkPolicyPeer, addr netip.Addr, pod *corev1.Pod) bool {
+	if len(peers) == 0 {
+		return true
+	}
+	for _, peer := range peers {
+		if peer.IPBlock != nil {
+			if ipBlockContains(peer.IPBlock, addr) {
+				return true
+			}
+			continue
+		}
+		if pod == nil {
+			continue // selectors select pods, and only pods taking part
+		}
+		// "If namespaceSelector is also set, then the NetworkPolicyPeer as
+		// a whole selects the pods matching podSelector in the Namespaces
+		// selected by NamespaceSelector. Otherwise it selects the pods
+		// matching podSelector in the policy's own namespace."
+		nsOK := pod.Namespace == policyNS
+		if peer.NamespaceSelector != nil {
+			nsOK = selectorMatches(peer.NamespaceSelector, r.namespaceLabels(pod.Namespace))
+		}
+		podOK := peer.PodSelector == nil || selectorMatches(peer.PodSelector, pod.Labels)
+		if nsOK && podOK {
+			return true
+		}
+	}
+	return false
+}
+
+// ipBlockContains: the cidr, minus every except of this same ipBlock.
+func ipBlockContains(b *networkingv1.IPBlock, a netip.Addr) bool {
+	cidr, err := netip.ParsePrefix(b.CIDR)
+	if err != nil || !cidr.Masked().Contains(a) {
+		return false
+	}
+	for _, e := range b.Except {
+		if ex, err := netip.ParsePrefix(e); err == nil && ex.Masked().Contains(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// portsMatch: "If this field is empty or missing, this rule matches all
+// ports (traffic not restricted by port). If this field is present and
+// contains at least one item, then this rule allows traffic only if the
+// traffic matches at least one port in the list."
+func portsMatch(ports []networkingv1.NetworkPolicyPort, c refConn, dst *corev1.Pod) bool {
+	if len(ports) == 0 {
+		return true
+	}
+	for _, p := range ports {
+		if portMatches(p, c, dst) {
+			return true
+		}
+	}
+	return false
+}
+
+// portMatches: "protocol ... If not specified, this field defaults to TCP";
+// "port ... This can either be a numerical or named port on a pod. If this
+// field is not provided, this matches all port names and numbers. If
+// present, only traffic on the specified protocol AND port will be
+// matched"; "endPort indicates that the range of ports from port to
+// endPort if set, inclusive, should be allowed". A named port is the pod's:
+// the destination's container port of that name and protocol.
+func portMatches(p networkingv1.NetworkPolicyPort, c refConn, dst *corev1.Pod) bool {
+	proto := corev1.ProtocolTCP
+	if p.Protocol != nil {
+		proto = *p.Protocol
+	}
+	if refProto(proto) != c.proto {
+		return false
+	}
+	switch {
+	case p.Port == nil:
+		return true
+	case p.Port.Type == intstr.Int:
+		last := p.Port.IntVal
+		if p.EndPort != nil {
+			last = *p.EndPort
+		}
+		return int32(c.port) >= p.Port.IntVal && int32(c.port) <= last
+	}
+	if dst == nil {
+		return false
+	}
+	for _, ctr := range dst.Spec.Containers {
+		for _, cp := range ctr.Ports {
+			cpProto := cp.Protocol
+			if cpProto == "" {
+				cpProto = corev1.ProtocolTCP // the API default of a container port
+			}
+			if cp.Name == p.Port.StrVal && cpProto == proto && cp.ContainerPort == int32(c.port) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func refProto(p corev1.Protocol) nft.Proto {
+	switch p {
+	case corev1.ProtocolTCP:
+		return nft.ProtoTCP
+	case corev1.ProtocolUDP:
+		return nft.ProtoUDP
+	case corev1.ProtocolSCTP:
+		return nft.ProtoSCTP
+	}
+	return 0
+}
+
+// selectorMatches is a label selector as the API documents it: "The
+// requirements are ANDed. An empty label selector matches all objects."
+// matchLabels entries are "equivalent to an element of matchExpressions,
+// whose key field is key, the operator is In, and the values array
+// contains only value".
+func selectorMatches(sel *metav1.LabelSelector, lbls map[string]string) bool {
+	for k, v := range sel.MatchLabels {
+		if got, ok := lbls[k]; !ok || got != v {
+			return false
+		}
+	}
+	for _, req := range sel.MatchExpressions {
+		v, ok := lbls[req.Key]
+		switch req.Operator {
+		case metav1.LabelSelectorOpIn:
+			if !ok || !slices.Contains(req.Values, v) {
+				return false
+			}
+		case metav1.LabelSelectorOpNotIn:
+			if ok && slices.Contains(req.Values, v) {
+				return false
+			}
+		case metav1.LabelSelectorOpExists:
+			if !ok {
+				return false
+			}
+		case metav1.LabelSelectorOpDoesNotExist:
+			if ok {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
