@@ -18,15 +18,19 @@ type DirUpdate struct {
 	// could be. It is the same pointer as in the previous update when it did
 	// not change, and nil until the directory could be listed once.
 	Snapshot *Snapshot
-	// Errors are the objects left out of Snapshot, as LoadDir reports them,
-	// and for a file whose previous objects are kept, what is wrong with
-	// it now.
+	// Errors are the objects left out of Snapshot or kept at their last
+	// good version (KeptLastGood), and the warnings, as LoadDir reports
+	// them; and for a file whose previous objects are kept, what is wrong
+	// with it now.
 	Errors []*ObjectError
 	// Err says why Snapshot is not the directory's current content, each
 	// problem naming its path: the directory cannot be listed (every
 	// object is kept), or files cannot be read or parsed (their last good
 	// objects are kept). Nil when Snapshot is current.
 	Err error
+	// Unlisted is set when the directory itself cannot be listed (it was
+	// removed, say): Snapshot is what it last held.
+	Unlisted bool
 }
 
 // MaxErrorInterval bounds the backoff with which WatchDir repeats an
@@ -49,7 +53,10 @@ const MaxErrorInterval = time.Minute
 // updates: a removed file drops its objects; a file that cannot be read (a
 // dangling link, a link loop, no permission) or that no longer parses
 // keeps the objects of its last good version, and Err says so, naming the
-// file. A directory that cannot be listed keeps everything. While Err is
+// file. A directory that cannot be listed keeps everything. Within a file
+// that parses, an object whose edit is rejected keeps its last good
+// version, and so on, as the package documentation says (mergeOver); the
+// ObjectError says so (KeptLastGood). While Err is
 // set the update is sent again, at one interval and then at doubling
 // intervals up to MaxErrorInterval, so that the problem is not logged
 // once and forgotten.
@@ -137,6 +144,7 @@ type watchedFile struct {
 	load  *fileLoad         // the objects in effect and the errors to report
 	good  bool              // load.defs come from a version that parsed whole
 	stale error             // why load.defs are not the file's current content
+	held  []objectKey       // the objects this file holds in the snapshot (see mergeOver)
 }
 
 // A dirPoll is one reading of the directory.
@@ -187,7 +195,7 @@ func (w *dirWatcher) poll() dirPoll {
 // apply makes p the state in effect and returns the update for it.
 func (w *dirWatcher) apply(p dirPoll) DirUpdate {
 	if p.err != nil {
-		return DirUpdate{Snapshot: w.snap, Errors: w.errs, Err: fmt.Errorf("%w; keeping every object it held", p.err)}
+		return DirUpdate{Snapshot: w.snap, Errors: w.errs, Err: fmt.Errorf("%w; keeping every object it held", p.err), Unlisted: true}
 	}
 	files := make(map[string]*watchedFile, len(p.files))
 	changed := w.snap == nil
@@ -197,7 +205,7 @@ func (w *dirWatcher) apply(p dirPoll) DirUpdate {
 		var now *watchedFile
 		switch {
 		case f.err != nil && old != nil:
-			now = &watchedFile{load: old.load, good: old.good,
+			now = &watchedFile{load: old.load, good: old.good, held: old.held,
 				stale: fmt.Errorf("%w; keeping the objects it held before", f.err)}
 		case f.err != nil:
 			problems = append(problems, f.err)
@@ -232,16 +240,36 @@ func (w *dirWatcher) apply(p dirPoll) DirUpdate {
 			changed = true
 		}
 	}
-	w.files = files
 	if changed {
+		// The state in effect is what a rejected edit falls back on: an
+		// object keeps its last good version, and a file keeps what it
+		// held (mergeOver).
+		var prev *previous
+		if w.snap != nil {
+			prev = &previous{objs: objectsOf(w.snap)}
+		}
 		loads := make([]*fileLoad, 0, len(p.files))
+		var kept []*watchedFile
 		for _, f := range p.files { // in name order
 			if wf := files[f.name]; wf != nil {
 				loads = append(loads, wf.load)
+				kept = append(kept, wf)
+				if prev != nil {
+					var held []objectKey
+					if old := w.files[f.name]; old != nil {
+						held = old.held
+					}
+					prev.held = append(prev.held, held)
+				}
 			}
 		}
-		w.snap, w.errs = merge(loads)
+		var held [][]objectKey
+		w.snap, w.errs, held = mergeOver(loads, prev)
+		for i, wf := range kept {
+			wf.held = held[i]
+		}
 	}
+	w.files = files
 	return DirUpdate{Snapshot: w.snap, Errors: w.errs, Err: errors.Join(problems...)}
 }
 

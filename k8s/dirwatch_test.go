@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -261,6 +262,151 @@ func TestWatchDirRefusesNonPositiveInterval(t *testing.T) {
 		}
 		if len(got) != 1 || got[0].Err == nil || !strings.Contains(got[0].Err.Error(), "not positive") {
 			t.Errorf("interval %v: %+v, want one update with an error", interval, got)
+		}
+	}
+}
+
+// wPod and wPolicy write the objects of the rejected-edit tests: pod x/b
+// carries the labels given, policy x/<name> isolates pod b and allows the
+// port given.
+func wPod(name, labels string) string {
+	return "apiVersion: v1\nkind: Pod\nmetadata:\n  namespace: x\n  name: " + name + "\n  labels: " + labels +
+		"\nspec: {nodeName: node-1}\nstatus: {phase: Running, podIP: 10.244.1.2}\n"
+}
+
+func wPolicy(apiVersion, kind, name, port string) string {
+	return "apiVersion: " + apiVersion + "\nkind: " + kind + "\nmetadata: {namespace: x, name: " + name + "}\n" +
+		"spec:\n  podSelector: {matchLabels: {pod: b}}\n  ingress: [{ports: [{port: " + port + "}]}]\n"
+}
+
+// shape renders what the rejected-edit tests look at: pod labels and the
+// port a policy allows.
+func shape(s *Snapshot) string {
+	var out []string
+	for _, o := range s.Pods {
+		out = append(out, fmt.Sprintf("Pod %s/%s %v", o.Namespace, o.Name, o.Labels))
+	}
+	for _, o := range s.Policies {
+		out = append(out, fmt.Sprintf("NetworkPolicy %s/%s port %s", o.Namespace, o.Name, o.Spec.Ingress[0].Ports[0].Port))
+	}
+	return strings.Join(out, ", ")
+}
+
+// A rejected edit of an object keeps the object's last good version, as
+// the API server keeps an object whose update it rejects: dropping it
+// would open its pods. A document that cannot be pinned to an object keeps
+// what its file held; a new invalid object is left out; valid edits,
+// deletions and kinds nftpolicy does not read still apply.
+func TestWatchDirKeepsLastGoodObject(t *testing.T) {
+	const v1 = "networking.k8s.io/v1"
+	good := wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "80")
+	d := newWatchDir(t)
+	d.write("pods.yaml", wPod("b", "{pod: b}"))
+	d.write("policies.yaml", good)
+	start := "Pod x/b map[pod:b], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80"
+	start2 := strings.Replace(start, "pod:b]", "pod:b2]", 1)
+	if u := d.settle(); u.Err != nil || len(u.Errors) != 0 || shape(u.Snapshot) != start {
+		t.Fatalf("start: %s, %v %v", shape(u.Snapshot), u.Err, errorStrings(u.Errors))
+	}
+	for _, tc := range []struct {
+		name     string
+		file     string
+		content  string
+		want     string
+		wantErrs []string // each in an error that is not a warning, kept last good when it says "stays in effect"
+	}{
+		{"invalid label on the pod", "pods.yaml", wPod("b", `{pod: b2, "bad key!": v}`),
+			start, []string{"pods.yaml doc 0: Pod x/b: metadata.labels", "stays in effect"}},
+		{"pod fixed", "pods.yaml", wPod("b", "{pod: b2}"),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", nil},
+		{"port out of range", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "70000"),
+			start2, []string{"policies.yaml doc 1: NetworkPolicy x/p2: spec.ingress[0].ports[0].port: 70000", "its last good version stays in effect"}},
+		{"a second rejected edit keeps the same version", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "0"),
+			start2, []string{"NetworkPolicy x/p2: spec.ingress[0].ports[0].port: 0", "stays in effect"}},
+		{"valid edits next to it apply", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "81") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "0"),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 81, NetworkPolicy x/p2 port 80", []string{"NetworkPolicy x/p2: ", "stays in effect"}},
+		{"apiVersion v1beta1", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy("networking.k8s.io/v1beta1", "NetworkPolicy", "p2", "90"),
+			start2, []string{`policies.yaml doc 1: NetworkPolicy x/p2: apiVersion "networking.k8s.io/v1beta1" is not supported`, "stays in effect"}},
+		{"a kind typo", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "Networkpolicy", "p2", "90"),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", []string{"policies.yaml doc 1: Networkpolicy x/p2: unsupported kind", "stay in effect: NetworkPolicy x/p2"}},
+		{"no name", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + strings.Replace(wPolicy(v1, "NetworkPolicy", "p2", "90"), "name: p2", "labels: {}", 1),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", []string{"policies.yaml doc 1: NetworkPolicy", "stay in effect: NetworkPolicy x/p2"}},
+		{"renamed to an invalid name", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "P2", "90"),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", []string{"policies.yaml doc 1: NetworkPolicy x/P2: metadata.name", "stay in effect: NetworkPolicy x/p2"}},
+		{"fixed with a change", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "91"),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 91", nil},
+		{"a new invalid object is left out", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "91") + "---\n" + wPolicy(v1, "NetworkPolicy", "p3", "70000"),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 91", []string{"policies.yaml doc 2: NetworkPolicy x/p3: spec.ingress[0].ports[0].port: 70000"}},
+		{"a deletion next to a kind nftpolicy does not read applies", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\napiVersion: v1\nkind: Service\nmetadata: {namespace: x, name: s}\n",
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80", nil},
+	} {
+		d.write(tc.file, tc.content)
+		u := d.settle()
+		if got := shape(u.Snapshot); got != tc.want {
+			t.Errorf("%s: objects\n%s\nwant\n%s", tc.name, got, tc.want)
+		}
+		var errs []string
+		kept := false
+		for _, e := range u.Errors {
+			if !e.Warning() {
+				errs = append(errs, e.Error())
+				kept = kept || e.KeptLastGood
+			}
+		}
+		all := strings.Join(errs, "\n")
+		if len(tc.wantErrs) == 0 && len(errs) != 0 {
+			t.Errorf("%s: errors %s, want none", tc.name, all)
+		}
+		for _, w := range tc.wantErrs {
+			if !strings.Contains(all, w) {
+				t.Errorf("%s: errors %q, want one containing %q", tc.name, all, w)
+			}
+		}
+		if wantKept := tc.want != "" && len(tc.wantErrs) > 1; kept != wantKept {
+			t.Errorf("%s: KeptLastGood %v, want %v", tc.name, kept, wantKept)
+		}
+	}
+}
+
+// A copied file is one object per duplicate, with a warning; definitions
+// that come to differ keep the object's last good version, and a new
+// object whose definitions differ is left out.
+func TestWatchDirDuplicates(t *testing.T) {
+	d := newWatchDir(t)
+	pods := wPod("a", "{pod: a}") + "---\n" + wPod("b", "{pod: b}")
+	d.write("pods.yaml", pods)
+	d.settle()
+	for _, tc := range []struct {
+		name        string
+		content     string // of pods-backup.yaml
+		want        string
+		wantErrs    []string
+		warningOnly bool
+	}{
+		{"cp pods.yaml pods-backup.yaml", pods, "Pod x/a map[pod:a], Pod x/b map[pod:b]",
+			[]string{"pods-backup.yaml doc 1: Pod x/b: identical duplicate object, also defined at pods.yaml doc 1; used once"}, true},
+		{"the copies differ", wPod("a", "{pod: a}") + "---\n" + wPod("b", "{pod: other}"), "Pod x/a map[pod:a], Pod x/b map[pod:b]",
+			[]string{"pods.yaml doc 1: Pod x/b: duplicate object, also defined at pods-backup.yaml doc 1; its last good version stays in effect"}, false},
+		{"a new pod defined twice, differently", wPod("a", "{pod: a}") + "---\n" + wPod("b", "{pod: b}") + "---\n" + wPod("c", "{pod: c}") + "---\n" + wPod("c", "{pod: c2}"),
+			"Pod x/a map[pod:a], Pod x/b map[pod:b]", []string{"pods-backup.yaml doc 2: Pod x/c: duplicate object, also defined at pods-backup.yaml doc 3; every definition is left out"}, false},
+	} {
+		d.write("pods-backup.yaml", tc.content)
+		u := d.settle()
+		if got := shape(u.Snapshot); got != tc.want {
+			t.Errorf("%s: objects\n%s\nwant\n%s", tc.name, got, tc.want)
+		}
+		all := strings.Join(errorStrings(u.Errors), "\n")
+		for _, w := range tc.wantErrs {
+			if !strings.Contains(all, w) {
+				t.Errorf("%s: errors\n%s\nwant one containing %q", tc.name, all, w)
+			}
+		}
+		warningOnly := true
+		for _, e := range u.Errors {
+			warningOnly = warningOnly && e.Warning()
+		}
+		if warningOnly != tc.warningOnly {
+			t.Errorf("%s: only warnings %v, want %v", tc.name, warningOnly, tc.warningOnly)
 		}
 	}
 }

@@ -38,13 +38,19 @@
 // whole only when the directory or a manifest file cannot be read.
 //
 // When the same kind, namespace and name is defined more than once, in one
-// file or across files, every definition is an error wrapping ErrDuplicate
-// that names the other places, and none is used: otherwise a file that
-// sorts first could shadow a policy unnoticed. What is kept fails closed: a
-// duplicated NetworkPolicy becomes one with no rules that isolates the pods
-// its definitions select (all pods of the namespace when they select
-// differently), so its pods stay isolated but nothing it allowed is
-// allowed; a duplicated Pod, Namespace or Node is left out.
+// file or across files, and every definition is valid and equal to the
+// others after defaulting (a copied file: cp pods.yaml pods-backup.yaml),
+// the object is used once and each definition gets a warning wrapping
+// ErrIdenticalDuplicate that names the other places (ObjectError.Warning):
+// dropping the copies would open every duplicated pod. Otherwise every
+// definition is an error wrapping ErrDuplicate that names the other places,
+// and none is used: a file that sorts first could shadow a policy
+// unnoticed. What is kept fails closed: a duplicated NetworkPolicy becomes
+// one with no rules that isolates the pods its definitions select (all pods
+// of the namespace when they select differently), so its pods stay isolated
+// but nothing it allowed is allowed; a duplicated Pod, Namespace or Node
+// keeps its last good version under WatchDir (below), and is left out
+// otherwise (LoadDir, or an object new to the watcher).
 //
 // # Watching a directory
 //
@@ -62,8 +68,20 @@
 // parsed keeps the objects of its last good version while the other files
 // keep updating. DirUpdate.Err then says which file and why, and the update
 // is repeated with backoff while the problem lasts. A directory that cannot
-// be listed keeps every object. An empty directory is an empty snapshot:
-// whether to program it is the caller's decision.
+// be listed keeps every object (DirUpdate.Unlisted). An empty directory is
+// an empty snapshot: whether to program it is the caller's decision.
+//
+// State is also kept per object, as the API server keeps it: an object
+// whose new definition is rejected (it does not decode or validate, or has
+// a wrong apiVersion such as networking.k8s.io/v1beta1) keeps the version
+// in effect, and its ObjectError says so (KeptLastGood); dropping it would
+// open the pods it isolates, or the pod itself. An invalid object that was
+// not in effect is left out, as a create would be rejected. A rejected
+// document that cannot be pinned to an object in effect (no readable kind
+// or name, a kind typo, a rename to an invalid name) might stand for any
+// object its file held, so the file also keeps every object it held that
+// no file defines any more; its valid documents still apply. Differing
+// duplicates of a Pod, Namespace or Node keep the version in effect too.
 //
 // # Defaulting
 //

@@ -18,14 +18,23 @@ var (
 	ErrUnsupportedKind = errors.New("unsupported kind")
 
 	// ErrDuplicate marks an ObjectError for each definition of an object
-	// (same kind, namespace and name) that is defined more than once. No
-	// definition is used: see the package documentation for what is kept.
+	// (same kind, namespace and name) that is defined more than once, with
+	// definitions that differ or are not all valid. No definition is used:
+	// see the package documentation for what is kept.
 	ErrDuplicate = errors.New("duplicate object")
+
+	// ErrIdenticalDuplicate marks an ObjectError for each definition of an
+	// object that is defined more than once, every definition valid and
+	// equal to the others after defaulting (a copied file): the object is
+	// used once. It is a warning: the Snapshot holds what the files say.
+	ErrIdenticalDuplicate = errors.New("identical duplicate object")
 )
 
 // An ObjectError is one manifest document, or one item of a List document,
-// that the manifests source rejected. The object it describes is not in the
-// Snapshot; every other object still is.
+// that the manifests source rejected or warns about. Unless it is a
+// Warning, the Snapshot does not hold what the document says: the object
+// is left out, or (KeptLastGood) an earlier version stays in its place.
+// Every other object is still in the Snapshot.
 //
 // Its Error string names where the object was and what it was before the
 // reason, e.g.
@@ -49,8 +58,22 @@ type ObjectError struct {
 	Name      string
 
 	// Err is the reason. Validation failures are a FieldErrors; see also
-	// ErrUnsupportedKind and ErrDuplicate.
+	// ErrUnsupportedKind, ErrDuplicate and ErrIdenticalDuplicate.
 	Err error
+
+	// KeptLastGood is set by WatchDir when, instead of what the document
+	// says, the Snapshot holds the last good version of the object (or of
+	// objects the file held before, when the document cannot be told
+	// apart from them); Err then ends by saying which.
+	KeptLastGood bool
+}
+
+// Warning reports whether e leaves the Snapshot as the files say: a kind
+// the manifests source does not read, or a definition that repeats another
+// one exactly. Any other ObjectError means what is enforced differs from
+// the files.
+func (e *ObjectError) Warning() bool {
+	return !e.KeptLastGood && (errors.Is(e.Err, ErrUnsupportedKind) || errors.Is(e.Err, ErrIdenticalDuplicate))
 }
 
 // Location returns where the object was found: "policies.yaml doc 2", or

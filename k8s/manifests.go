@@ -152,12 +152,13 @@ func listElem(kind string) (elem string, ok bool) {
 type objectKey struct{ kind, namespace, name string }
 
 // A definition is one document (or List item) that names an object. obj is
-// the admitted object, or nil when the document was rejected (its error is
-// in the fileLoad's errs).
+// the admitted object, or nil when the document was rejected: err is then
+// its error, also in the fileLoad's errs.
 type definition struct {
 	key objectKey
 	loc docLoc
 	obj runtime.Object
+	err *ObjectError
 }
 
 // A fileLoad is what one manifest file holds, read on its own: duplicates
@@ -506,16 +507,24 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		return
 	}
 	h = h.named()
-	if h.apiVersion != info.apiVersion {
-		l.fail(loc, h, fmt.Errorf("apiVersion %q is not supported for %s, want %q", h.apiVersion, h.kind, info.apiVersion))
-		return
-	}
 	// Every definition is recorded, valid or not, so that merge can tell a
-	// duplicate even when one definition is broken.
+	// duplicate even when one definition is broken, and WatchDir can keep
+	// the last good version of an object whose edit is rejected (a wrong
+	// apiVersion, such as networking.k8s.io/v1beta1, included).
 	var def *definition
 	if h.name != "" {
 		l.defs = append(l.defs, definition{key: objectKey{h.kind, h.namespace, h.name}, loc: loc})
 		def = &l.defs[len(l.defs)-1]
+	}
+	reject := func(err error) {
+		e := l.fail(loc, h, err)
+		if def != nil {
+			def.err = e
+		}
+	}
+	if h.apiVersion != info.apiVersion {
+		reject(fmt.Errorf("apiVersion %q is not supported for %s, want %q", h.apiVersion, h.kind, info.apiVersion))
+		return
 	}
 
 	obj := info.new()
@@ -527,11 +536,11 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		err = joinedErrors(strict)
 	}
 	if err != nil {
-		l.fail(loc, h, withYAMLHint(err))
+		reject(withYAMLHint(err))
 		return
 	}
 	if errs := Admit(obj); len(errs) != 0 {
-		l.fail(loc, h, FieldErrors(errs))
+		reject(FieldErrors(errs))
 		return
 	}
 	obj.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(info.apiVersion, h.kind))

@@ -68,7 +68,7 @@ func TestDuplicates(t *testing.T) {
 		{
 			name: "three definitions name the two others",
 			files: map[string]string{
-				"a.yaml": policy("p", "{}", ""), "b.yaml": policy("p", "{}", ""), "c.yaml": policy("p", "{}", ""),
+				"a.yaml": policy("p", "{}", ""), "b.yaml": policy("p", "{}", allowAll), "c.yaml": policy("p", "{}", ""),
 			},
 			want: []string{"x/p map[] types=[Ingress] ingress=nil egress=nil"},
 			wantErrs: []string{
@@ -76,6 +76,25 @@ func TestDuplicates(t *testing.T) {
 				"b.yaml doc 0: NetworkPolicy x/p: duplicate object, also defined at a.yaml doc 0, c.yaml doc 0;",
 				"c.yaml doc 0: NetworkPolicy x/p: duplicate object, also defined at a.yaml doc 0, b.yaml doc 0;",
 			},
+		},
+		{
+			name: "identical definitions (a copied file) are one policy, as written",
+			files: map[string]string{
+				"a.yaml": policy("p", "{matchLabels: {pod: a}}", allowAll), "a-backup.yaml": policy("p", "{matchLabels: {pod: a}}", allowAll),
+			},
+			want: []string{"x/p map[pod:a] types=[Ingress] ingress=[{from=nil ports=nil}] egress=nil"},
+			wantErrs: []string{
+				"a-backup.yaml doc 0: NetworkPolicy x/p: identical duplicate object, also defined at a.yaml doc 0; used once",
+				"a.yaml doc 0: NetworkPolicy x/p: identical duplicate object, also defined at a-backup.yaml doc 0; used once",
+			},
+		},
+		{
+			name: "nil and empty lists are not identical",
+			files: map[string]string{
+				"a.yaml": policy("p", "{}", "  ingress: [{from: []}]\n"), "b.yaml": policy("p", "{}", "  ingress: [{}]\n"),
+			},
+			want:     []string{"x/p map[] types=[Ingress] ingress=nil egress=nil"},
+			wantErrs: []string{"a.yaml doc 0: NetworkPolicy x/p: duplicate object", "b.yaml doc 0: NetworkPolicy x/p: duplicate object"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,10 +27,11 @@
 //     component's bits without --allow-mark-overlap, and a non-positive
 //     --poll or negative duration;
 //   - 3: the ruleset was programmed but something was left out: manifest
-//     objects that fail validation or are duplicates, parts the compiler
-//     skipped, or a --node that no Node and no pod names. The last lines
-//     of stderr sum them up, one per object; objects of kinds nftpolicy
-//     does not read (a Service) are logged and not counted.
+//     objects that fail validation or are duplicates that differ, parts the
+//     compiler skipped, or a --node that no Node and no pod names. The last
+//     lines of stderr sum them up, one per object; objects of kinds
+//     nftpolicy does not read (a Service) and identical duplicates (used
+//     once) are logged and not counted.
 //
 // dump prints the ruleset and exits with the same codes.
 //
@@ -40,9 +41,12 @@
 // answers 200 "synced generation N" once the current manifests are
 // programmed, and 503 with one reason per line otherwise: a sync that
 // failed, a file or directory that cannot be read or parsed (its last good
-// objects stay programmed and the error is logged again with backoff), a
-// directory that holds no objects (the last programmed state stays unless
-// --allow-empty), or an unknown --node. SIGTERM and SIGINT stop it and
+// objects stay programmed and the error is logged again with backoff),
+// manifest objects skipped or kept at their last good version (an edit the
+// API server would reject, differing duplicates: the first few are named),
+// a directory that holds no objects, or that comes back without any
+// NetworkPolicy after it was removed or emptied (the last programmed state
+// stays unless --allow-empty), or an unknown --node. SIGTERM and SIGINT stop it and
 // leave the table in place, so pods stay protected across restarts.
 //
 // # Priority

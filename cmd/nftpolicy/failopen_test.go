@@ -144,6 +144,13 @@ func TestDumpFailsLoudly(t *testing.T) {
 			"  namespaces.yaml doc 0: Namespace x: duplicate object, also defined at zz.yaml doc 0; every definition is left out\n" +
 				"  zz.yaml doc 0: Namespace x: duplicate object, also defined at namespaces.yaml doc 0; every definition is left out\n",
 		}},
+		{name: "a copied file", dir: func(t *testing.T) string {
+			b, err := os.ReadFile(filepath.Join("testdata/cluster", "pods.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cluster(t, map[string]string{"pods-backup.yaml": string(b)})
+		}, code: 0, output: true, want: []string{"identically"}},
 		{name: "unknown node", dir: func(t *testing.T) string { return cluster(t, map[string]string{}) }, args: []string{"--node", "node-3"},
 			code: 3, output: true, want: []string{`nftpolicy dump: node "node-3" matches no Node and no pod, so nothing is enforced on it; check --node or $NODE_NAME (nodes known: "node-1", "node-2")`}},
 	} {

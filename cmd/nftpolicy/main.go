@@ -157,7 +157,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		cfg.podCIDRs = append(cfg.podCIDRs, p)
 		return nil
 	})
-	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "program an empty table when --manifests holds no objects, which enforces nothing (without it apply and dump fail, and run keeps the last programmed state)")
+	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "program an empty table when --manifests holds no objects, which enforces nothing (without it apply and dump fail, and run keeps the last programmed state); under run, also program a directory that comes back without any NetworkPolicy after it was removed or emptied")
 	if cmd == "run" {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how often to check the manifests directory for changes")
@@ -304,18 +304,50 @@ func isEmpty(snap *k8s.Snapshot) bool {
 	return len(snap.Namespaces)+len(snap.Pods)+len(snap.Nodes)+len(snap.Policies) == 0
 }
 
-// logObjectErrors logs each manifest object left out. Kinds nftpolicy does
-// not read (a Service, a Deployment) are logged at info level: a directory
-// may be shared with other manifests.
+// logObjectErrors logs each manifest object left out or kept at its last
+// good version. Kinds nftpolicy does not read (a Service, a Deployment) are
+// logged at info level: a directory may be shared with other manifests.
 func logObjectErrors(log *zap.Logger, objErrs []*k8s.ObjectError) {
 	for _, e := range objErrs {
 		fields := []zap.Field{k8s.NameField("at", e.Location()), k8s.NameField("object", e.Object()), k8s.ErrorField(e.Err)}
-		if errors.Is(e, k8s.ErrUnsupportedKind) {
+		switch {
+		case e.KeptLastGood:
+			log.Warn("rejected a manifest object; its last good version stays in effect", fields...)
+		case errors.Is(e, k8s.ErrUnsupportedKind):
 			log.Info("ignored a manifest object of a kind nftpolicy does not read", fields...)
+		case errors.Is(e, k8s.ErrIdenticalDuplicate):
+			log.Warn("a manifest object is defined more than once, identically; it is used once", fields...)
+		default:
+			log.Warn("skipped a manifest object", fields...)
+		}
+	}
+}
+
+// maxReadyObjects bounds the objects /readyz names.
+const maxReadyObjects = 5
+
+// notAsWritten returns the source problem of the object errors that make
+// what is enforced differ from the files (every one but a Warning): the
+// first few named, and how many there are; nil when there is none.
+func notAsWritten(objErrs []*k8s.ObjectError) error {
+	var lines []string
+	n := 0
+	for _, e := range objErrs {
+		if e.Warning() {
 			continue
 		}
-		log.Warn("skipped a manifest object", fields...)
+		if n++; n <= maxReadyObjects {
+			lines = append(lines, k8s.Shorten(e.Error(), 512))
+		}
 	}
+	if n == 0 {
+		return nil
+	}
+	if n > maxReadyObjects {
+		lines = append(lines, fmt.Sprintf("and %d more", n-maxReadyObjects))
+	}
+	return fmt.Errorf("manifest objects skipped or kept at their last good version (%d), so what is enforced is not what the files say; the rest is in effect:\n  %s",
+		n, strings.Join(lines, "\n  "))
 }
 
 // maxListedNodes bounds the node names an unknown-node warning lists.
@@ -367,11 +399,12 @@ const maxSummaryLine = 1024
 
 // leftOut returns a partialError naming every manifest object and every
 // part of the snapshot that was skipped, and an unknown node; nil when
-// nothing was. Kinds nftpolicy does not read are not counted.
+// nothing was. Warnings (kinds nftpolicy does not read, identical
+// duplicates) are not counted.
 func leftOut(objErrs []*k8s.ObjectError, problems []enforcer.Problem, nodeErr error) error {
 	var lines []string
 	for _, e := range objErrs {
-		if !errors.Is(e, k8s.ErrUnsupportedKind) {
+		if !e.Warning() {
 			lines = append(lines, k8s.Shorten(e.Error(), maxSummaryLine))
 		}
 	}
@@ -644,13 +677,32 @@ func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 //     removed) is not programmed without --allow-empty: an empty table
 //     opens every pod. The last programmed state stays, and the daemon is
 //     not ready until objects come back.
+//   - Every NetworkPolicy gone at once, where the last programmed load held
+//     some, is logged as an error naming how many (more than half of them
+//     gone, as a warning). It is programmed: deleting every policy is a
+//     legitimate change (the data-plane suite resets this way between
+//     cases), and nothing tells it apart from a mistake. Except after the
+//     directory was removed or emptied (states not programmed, see above):
+//     a directory that comes back without any policy is most likely partly
+//     restored, and dropping every policy opens every pod, so without
+//     --allow-empty such a load is treated like an empty one: the last
+//     programmed state stays and the daemon is not ready until a policy
+//     comes back. A restore faster than two polls is not seen as one; a
+//     restart has nothing to compare with.
+//   - Objects rejected or duplicated (k8s.ObjectError that is not a
+//     Warning) make the daemon not ready, naming the first few: what is
+//     enforced (the rest, and the last good versions WatchDir keeps) is not
+//     what the files say until they are fixed.
 //   - An unknown --node is logged and makes the daemon not ready.
 func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState) <-chan *k8s.Snapshot {
 	snapshots := make(chan *k8s.Snapshot)
 	go func() {
 		nw := &nodeWatch{node: cfg.node, log: log}
 		var seen, sent *k8s.Snapshot // last from WatchDir, last to the Syncer
-		var nodeErr error            // of the last snapshot sent
+		// emptied: since the last snapshot sent, the directory could not be
+		// listed or held no object.
+		emptied := false
+		var nodeErr error // of the last snapshot sent
 		for u := range k8s.WatchDir(ctx, cfg.manifests, cfg.poll) {
 			var problems []error
 			if u.Err != nil {
@@ -660,10 +712,30 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 					zap.String("dir", cfg.manifests), k8s.ErrorField(u.Err))
 				problems = append(problems, u.Err)
 			}
+			problems = append(problems, notAsWritten(u.Errors))
 			snap := u.Snapshot
+			if u.Unlisted || snap != nil && isEmpty(snap) {
+				emptied = true
+			}
+			// Every policy gone at once, but not every object.
+			var vanished int
+			if snap != nil && !isEmpty(snap) && len(snap.Policies) == 0 && sent != nil {
+				vanished = len(sent.Policies)
+			}
 			if snap != nil && snap != seen {
 				seen = snap
 				logObjectErrors(log, u.Errors)
+				switch {
+				case vanished > 0 && emptied && !cfg.allowEmpty:
+					log.Error("the manifests came back without any NetworkPolicy after the directory was removed or emptied; keeping the last programmed state until one comes back (--allow-empty would program no policy, which isolates no pod)",
+						zap.String("dir", cfg.manifests), zap.Int("vanished", vanished))
+				case vanished > 0:
+					log.Error("every NetworkPolicy vanished from the manifests at once: programming no policy, which isolates no pod",
+						zap.String("dir", cfg.manifests), zap.Int("vanished", vanished))
+				case sent != nil && !isEmpty(snap) && len(snap.Policies)*2 < len(sent.Policies):
+					log.Warn("more than half of the NetworkPolicies vanished from the manifests at once",
+						zap.String("dir", cfg.manifests), zap.Int("before", len(sent.Policies)), zap.Int("now", len(snap.Policies)))
+				}
 				if isEmpty(snap) && cfg.allowEmpty {
 					log.Warn("the manifests hold no objects: programming an empty table, which enforces nothing (--allow-empty)", zap.String("dir", cfg.manifests))
 				} else if isEmpty(snap) {
@@ -675,6 +747,10 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 				problems = append(problems, fmt.Errorf("%s holds no objects; keeping the last programmed state (--allow-empty to program an empty table)", cfg.manifests))
 				snap = nil
 			}
+			if vanished > 0 && emptied && !cfg.allowEmpty {
+				problems = append(problems, fmt.Errorf("%s came back without any NetworkPolicy after it was removed or emptied, where %d were programmed; keeping the last programmed state until one comes back (--allow-empty to program no policy)", cfg.manifests, vanished))
+				snap = nil
+			}
 			if snap != nil && snap != sent {
 				nodeErr = nw.check(snap)
 			}
@@ -682,7 +758,7 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 			if snap == nil || snap == sent {
 				continue
 			}
-			sent = snap
+			sent, emptied = snap, false
 			select {
 			case snapshots <- snap:
 			case <-ctx.Done():

@@ -272,15 +272,23 @@ func TestIntegrationRunFollowsChanges(t *testing.T) {
 		t.Fatalf("policy added to the directory is not programmed:\n%s", listing)
 	}
 
-	// A broken edit of the only file keeps the good objects of the others.
+	// A file rewritten to hold only a new invalid policy: that document
+	// might be any of the policies the file held (renamed, say), so they
+	// stay in effect and the daemon is not ready until the file is fixed.
 	writeFile(t, filepath.Join(dir, "policies.yaml"), "kind: NetworkPolicy\napiVersion: networking.k8s.io/v1\nmetadata: {name: bad, namespace: x}\nspec: {podSelector: {matchLabels: {pod: a}}, policyTypes: [Sideways]}\n")
-	gen = d.waitGeneration(t, gen)
-	if listing := testns.ListTable(t, ns, "nftpolicy"); strings.Contains(listing, "x/allow-from-y") {
-		t.Errorf("removed policy is still programmed:\n%s", listing)
+	d.waitReadyz(t, http.StatusServiceUnavailable, "policies.yaml doc 0: NetworkPolicy x/bad: spec.policyTypes[0]", "stay in effect: NetworkPolicy x/default-deny, NetworkPolicy x/allow-from-y, NetworkPolicy x/egress-to-y")
+	if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, "x/allow-from-y") {
+		t.Errorf("a policy the broken file held is no longer programmed:\n%s", listing)
 	}
 	if !strings.Contains(d.logText(), "NetworkPolicy x/bad") {
 		t.Errorf("the broken policy is not reported:\n%s", d.logText())
 	}
+	// Fixed, and allow-from-y replaced: ready, and it goes.
+	writeFile(t, filepath.Join(dir, "policies.yaml"), clusterFile(t, "policies.yaml", "  name: allow-from-y\n", "  name: allow-from-z\n", "ns: \"y\"", "ns: z"))
+	gen = d.waitGeneration(t, gen)
+	waitListing(t, ns, "allow-from-y removed", func(l string) bool {
+		return !strings.Contains(l, "x/allow-from-y") && strings.Contains(l, "x/allow-from-z")
+	})
 
 	// SIGTERM leaves the rules in place.
 	before := testns.ListTable(t, ns, "nftpolicy")

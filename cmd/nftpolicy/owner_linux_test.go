@@ -51,7 +51,8 @@ func TestIntegrationSecondDaemonOnOneNetns(t *testing.T) {
 	// A change is programmed by the new owner, and the table keeps an
 	// owner record.
 	before := testns.ListTable(t, ns, "nftpolicy")
-	writeFile(t, filepath.Join(dir, "policies.yaml"), "")
+	// Not every policy at once: that keeps the last programmed state.
+	writeFile(t, filepath.Join(dir, "policies.yaml"), clusterFile(t, "policies.yaml", "  name: allow-from-y\n", "  name: allow-from-z\n"))
 	third.waitGeneration(t, 1)
 	after := testns.ListTable(t, ns, "nftpolicy")
 	if after == before || strings.Contains(after, "x/allow-from-y") {
