@@ -88,11 +88,17 @@
 // The table's comment records the Syncer that owns it (nft.Owner, shown
 // by `nft list table`). A second daemon refuses (ErrOwned) while the owner
 // runs, unless told to take over (Options.TakeOver); the owner then finds
-// another record at its next write or drift check, stops writing and
-// reports ErrTakenOver in Status. An owner that died is told from a live
-// one by a beacon the kernel drops with the process (see owner.go), so a
-// restart claims the table without a flag. A deleted network namespace
-// (nft.ErrNetnsGone) also stops the Syncer and shows in Status.
+// another record at its next write or drift check, stops writing, reports
+// ErrTakenOver in Status, and takes the table back once the new owner is
+// gone. An owner that died is told from a live one by a beacon the kernel
+// drops with the process (see owner.go), so a restart claims the table
+// without a flag, and the record of an owner that is not running (a
+// restored backup, nft -f) is drift, repaired like any other. Two daemons
+// started at once end as if started one after the other: the one that
+// writes second gets ErrOwned from Run. Cleanup refuses to delete the
+// table of a running owner unless forced. A deleted network namespace
+// (nft.ErrNetnsGone) stops the Syncer for good and shows in Status within
+// a second.
 //
 // # Marks
 //

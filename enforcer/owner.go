@@ -27,32 +27,60 @@ import (
 //     manual step;
 //   - no record (no table, or one written by nft -f): it writes.
 //
-// A Syncer that has written its record and later finds another one has
-// been taken over: it stops for good (ErrTakenOver in Status and from
-// every Sync) and writes nothing more, not even a drift repair, so two
-// daemons never take turns. It finds out at its next write (the batch of
-// a whole table is checked against the record in the kernel, in the same
-// generation, see nft.Conn.ApplyGuarded; a delta fails its generation
-// check and the record is read), or at its next drift check.
+// A Syncer that has written its record and later finds another one (at
+// its next write: the batch of a whole table is checked against the
+// record in the kernel, in the same generation, see nft.Conn.ApplyGuarded;
+// a delta fails its generation check and the record is read; or at its
+// next drift check, one debounce after a foreign commit at the latest)
+// asks the same question:
 //
-// A deleted network namespace (nft.ErrNetnsGone) also stops a Syncer for
-// good: nobody can reach what it would program.
+//   - alive: it was taken over. It writes nothing, not even a drift
+//     repair, so two daemons never take turns; Status reports ErrTakenOver
+//     naming the new owner. It stays a standby: Run asks again every
+//     second (cheap: a table comment and a socket connect), and when that
+//     owner is gone it takes the table back, rewriting it whole, and logs
+//     it. Without that, a daemon that handed the table over for an upgrade
+//     and then saw its successor crash would leave nobody enforcing.
+//   - gone, or no record: the record is drift, not a take-over (a table
+//     restored from an old `nft list ruleset`, or written with nft -f, a
+//     one-shot apply --take-over whose process ended): the Syncer rewrites
+//     the table whole with its own record, and logs it.
+//
+// A taken-over daemon stays live (/healthz 200) and unready (/readyz 503,
+// naming the owner): failing liveness would make kubelet or systemd
+// restart it, and the restart would be refused (ErrOwned, exit 1) as long
+// as the new owner runs, a crash loop that protects nothing and loses the
+// standby that takes the table back when the new owner goes.
+//
+// A Syncer that has never written its record and finds a live owner at
+// its first write (two daemons started at the same moment both found the
+// table free at Claim; the other wrote first) gets ErrOwned, exactly as if
+// it had started second, and Run returns it: the daemon exits 1 naming
+// the owner, as the one started later does. Whoever commits first owns the
+// table, whatever the timing.
+//
+// A deleted network namespace (nft.ErrNetnsGone) stops a Syncer for good:
+// nobody can reach what it would program. Run checks for it every second.
 
 // ErrOwned reports a table owned by another nftpolicy that is alive.
 var ErrOwned = errors.New("the table is owned by another running nftpolicy")
 
-// ErrTakenOver reports that another nftpolicy took over the table this
-// Syncer owned. The Syncer writes nothing more.
+// ErrTakenOver reports that another nftpolicy, alive, took over the table
+// this Syncer owned. The Syncer writes nothing while that owner runs, and
+// takes the table back when it is gone.
 var ErrTakenOver = errors.New("another nftpolicy took over the table")
 
 // ownership is a Syncer's side of the owner record. Fields other than stop
-// belong to whoever holds syncMu; stop is under mu.
+// and lost belong to whoever holds syncMu; stop and lost are under mu.
 type ownership struct {
 	me        nft.Owner
 	beacon    *nft.Beacon // held from the first claim until Close
 	owned     bool        // our record has been committed to the table
-	announced string      // token of the last owner whose replacement was logged
-	stop      error       // why nothing more is written; nil while running
+	foreign   bool        // the last record judged was not ours: only a whole write replaces it
+	announced string      // what was last logged about another owner: a state and its token
+	stop      error       // why nothing more is written, for good; nil while running
+	lost      error       // ErrTakenOver while a live owner holds the table we owned
+	taker     nft.Owner   // who took the table over, while lost is set
 }
 
 // Owner returns the record this Syncer writes into the table.
@@ -82,8 +110,10 @@ func (s *Syncer) Claim() error {
 	return s.claim()
 }
 
-// claim is Claim; syncMu is held. Once the record is ours it only checks
-// that nothing stopped the Syncer and that the namespace is still there.
+// claim is Claim; syncMu is held. While the record is ours it only checks
+// that nothing stopped the Syncer and that the namespace is still there;
+// taken over, it asks again whether the new owner runs (ErrTakenOver while
+// it does).
 func (s *Syncer) claim() error {
 	if err := s.stopped(); err != nil {
 		return err
@@ -98,17 +128,11 @@ func (s *Syncer) claim() error {
 		}
 		s.own.beacon = b
 	}
-	if s.own.owned {
+	if s.own.owned && s.takenOver() == nil {
 		return nil
 	}
-	comment, err := s.conn.TableComment(s.opts.Table)
-	if errors.Is(err, nft.ErrNoTable) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return s.judge(comment, true)
+	_, err := s.checkOwner()
+	return err
 }
 
 // Close releases the Syncer's owner beacon: its record in the table, which
@@ -126,72 +150,123 @@ func (s *Syncer) Close() error {
 	return err
 }
 
-// judge decides whether this Syncer may write over the table whose comment
-// is comment (exists false: there is no table). syncMu is held.
+// judge decides whether this Syncer may write over the table whose
+// comment is comment (exists false: there is no table), see Ownership, and
+// notes in s.own.foreign whether the table holds a record other than ours,
+// which only a whole-table write replaces. syncMu is held.
 func (s *Syncer) judge(comment string, exists bool) error {
 	me := s.owner()
 	rec, ok := nft.ParseOwner(comment)
-	if !exists || !ok || rec.Same(me) {
+	s.own.foreign = exists && !(ok && rec.Same(me))
+	table := zap.String("table", "inet "+s.opts.Table)
+	if !ok && s.takenOver() != nil {
+		// No table, or one without a record, while we stand by: as long
+		// as the owner that took the table over runs, the table is its
+		// to write again (its drift check does), not ours to grab.
+		alive, err := s.conn.Alive(s.own.taker)
+		if err != nil {
+			return err
+		}
+		if alive {
+			return s.takenOver()
+		}
+	}
+	if !ok {
+		if s.own.foreign && s.own.owned && s.announce("none", "") {
+			s.log.Warn("our table holds no owner record (written by nft -f?); rewriting it with ours",
+				table, zap.String("self", me.ID()))
+		}
 		return nil
 	}
-	if s.own.owned {
-		err := fmt.Errorf("%w: table inet %s now records %q; this nftpolicy (%s) writes nothing more",
-			ErrTakenOver, s.opts.Table, rec.Comment(), me.ID())
-		s.log.Error("lost ownership of the table; not writing any more",
-			zap.String("table", "inet "+s.opts.Table), zap.String("owner", rec.ID()),
-			zap.Time("ownerSince", rec.Since), zap.String("self", me.ID()))
-		s.halt(err)
-		return err
+	if rec.Same(me) {
+		return nil
 	}
 	alive, err := s.conn.Alive(rec)
 	if err != nil {
 		return err
 	}
-	if alive && !s.opts.TakeOver {
+	fields := []zap.Field{table, zap.String("owner", rec.ID()), zap.Time("ownerSince", rec.Since), zap.String("self", me.ID())}
+	switch {
+	case alive && s.own.owned:
+		// Taken over, even if we were told to take over ourselves: that
+		// was for our start, and taking the table back from a running
+		// owner would be the fight that records exist to prevent.
+		err := fmt.Errorf("%w: table inet %s records %q, which is running; this nftpolicy (%s) writes nothing while it runs, and takes the table back when it is gone",
+			ErrTakenOver, s.opts.Table, rec.Comment(), me.ID())
+		s.setLost(err)
+		s.own.taker = rec
+		if s.announce("lost", rec.Token) {
+			s.log.Error("another running nftpolicy took over the table; not writing while it runs", fields...)
+		}
+		return err
+	case alive && !s.opts.TakeOver:
 		return fmt.Errorf("%w: table inet %s records %q; stop it, or take over explicitly",
 			ErrOwned, s.opts.Table, rec.Comment())
-	}
-	if s.own.announced != rec.Token {
-		s.own.announced = rec.Token
-		if alive {
-			s.log.Warn("taking over the table from a running nftpolicy, as told to",
-				zap.String("table", "inet "+s.opts.Table), zap.String("owner", rec.ID()),
-				zap.Time("ownerSince", rec.Since), zap.String("self", me.ID()))
-		} else {
-			s.log.Info("claiming the table of an nftpolicy that is gone",
-				zap.String("table", "inet "+s.opts.Table), zap.String("owner", rec.ID()),
-				zap.Time("ownerSince", rec.Since), zap.String("self", me.ID()))
+	case alive:
+		if s.announce("take", rec.Token) {
+			s.log.Warn("taking over the table from a running nftpolicy, as told to", fields...)
+		}
+	case s.takenOver() != nil:
+		if s.announce("back", rec.Token) {
+			s.log.Warn("the nftpolicy that took over the table is gone; taking the table back", fields...)
+		}
+	case s.own.owned:
+		if s.announce("stale", rec.Token) {
+			s.log.Warn("the table records an nftpolicy that is not running (restored from a backup, written by nft -f or a one-shot apply); rewriting it with our record", fields...)
+		}
+	default:
+		if s.announce("claim", rec.Token) {
+			s.log.Info("claiming the table of an nftpolicy that is gone", fields...)
 		}
 	}
 	return nil
 }
 
-// checkOwner reads the table's record and judges it; a missing table is
-// not an error (drift repair rewrites it). syncMu is held.
-func (s *Syncer) checkOwner() error {
-	if err := s.stopped(); err != nil {
-		return err
+// announce reports whether what judge found (a state, an owner's token)
+// is news to log: each is logged once, until our record is written again.
+// syncMu is held.
+func (s *Syncer) announce(state, token string) bool {
+	key := state + "/" + token
+	if s.own.announced == key {
+		return false
 	}
-	if err := s.checkNetns(); err != nil {
-		return err
-	}
-	comment, err := s.conn.TableComment(s.opts.Table)
-	if errors.Is(err, nft.ErrNoTable) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return s.judge(comment, true)
+	s.own.announced = key
+	return true
 }
 
-// checkNetns stops the Syncer if its namespace is gone. syncMu is held.
+// checkOwner reads the table's record and judges it, and reports whether
+// it is another than ours (only a whole-table write puts ours back); a
+// missing table is not an error (drift repair rewrites it). syncMu is held.
+func (s *Syncer) checkOwner() (foreign bool, err error) {
+	if err := s.stopped(); err != nil {
+		return false, err
+	}
+	if err := s.checkNetns(); err != nil {
+		return false, err
+	}
+	comment, err := s.conn.TableComment(s.opts.Table)
+	exists := true
+	if errors.Is(err, nft.ErrNoTable) {
+		exists, err = false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := s.judge(comment, exists); err != nil {
+		return false, err
+	}
+	return s.own.foreign, nil
+}
+
+// checkNetns stops the Syncer if its namespace is gone. It is a stat and
+// touches nothing syncMu guards: Run calls it every second without syncMu.
 func (s *Syncer) checkNetns() error {
 	err := s.conn.CheckNetns()
 	if errors.Is(err, nft.ErrNetnsGone) {
 		err = fmt.Errorf("%w; nothing is written to it any more", err)
-		s.log.Error("the network namespace is gone; not writing any more", zap.Error(err))
-		s.halt(err)
+		if s.halt(err) {
+			s.log.Error("the network namespace is gone; not writing any more", zap.Error(err))
+		}
 	}
 	return err
 }
@@ -211,33 +286,62 @@ func (s *Syncer) applyOwned(t *nft.Table) (nft.BatchStats, error) {
 		}
 		if err == nil {
 			s.own.owned = true
+			s.own.foreign = false
+			s.own.announced = ""
+			if s.takenOver() != nil {
+				s.setLost(nil)
+				s.log.Info("took the table back; writing again",
+					zap.String("table", "inet "+s.opts.Table), zap.String("self", s.owner().ID()))
+			}
 		}
 		return batch, err
 	}
 }
 
-// halt stops the Syncer for good with err (the first reason stays).
-func (s *Syncer) halt(err error) {
+// halt stops the Syncer for good with err, and reports whether it was
+// the first reason (the one that stays).
+func (s *Syncer) halt(err error) bool {
 	s.mu.Lock()
-	if s.own.stop == nil {
-		s.own.stop = err
+	defer s.mu.Unlock()
+	if s.own.stop != nil {
+		return false
 	}
-	s.mu.Unlock()
+	s.own.stop = err
+	return true
 }
 
-// stopped returns why the Syncer writes nothing more, nil while it runs.
+// stopped returns why the Syncer writes nothing more, for good; nil while
+// it runs.
 func (s *Syncer) stopped() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.own.stop
 }
 
+// setLost records that a live owner took the table over (err wraps
+// ErrTakenOver), or, with nil, that the table is ours again.
+func (s *Syncer) setLost(err error) {
+	s.mu.Lock()
+	s.own.lost = err
+	s.mu.Unlock()
+}
+
+// takenOver returns ErrTakenOver, naming the owner, while another running
+// nftpolicy holds the table this Syncer owned; nil otherwise.
+func (s *Syncer) takenOver() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.own.lost
+}
+
 // ApplyOnce writes table whole for a one-shot apply, recording this
-// process as its owner: a record whose owner is gone as soon as the
-// process ends, so a daemon started later claims the table without a
-// flag. Like a daemon, it refuses (ErrOwned) to write over the table of a
-// running nftpolicy unless takeOver is set; that daemon then stops
-// writing (ErrTakenOver).
+// process as its owner: a record whose owner holds no beacon, gone as far
+// as anyone can tell, so a daemon started later claims the table without
+// a flag. Like a daemon, it refuses (ErrOwned) to write over the table of
+// a running nftpolicy unless takeOver is set; that daemon then finds the
+// record of an owner that is not running and rewrites its own table at
+// once (see Ownership): a one-shot write over a running daemon lasts until
+// its next check.
 func ApplyOnce(conn *nft.Conn, table *nft.Table, takeOver bool, log *zap.Logger) (nft.BatchStats, error) {
 	if log == nil {
 		log = zap.NewNop()
@@ -249,6 +353,49 @@ func ApplyOnce(conn *nft.Conn, table *nft.Table, takeOver bool, log *zap.Logger)
 	return s.applyOwned(table)
 }
 
+// Cleanup deletes the table (nothing if there is none), unless a running
+// nftpolicy owns it: then it refuses with an error wrapping ErrOwned that
+// names the owner, because that daemon would see the delete and write the
+// table again within a moment, leaving traffic open meanwhile and the
+// table back anyway. With force it deletes the table all the same and
+// warns that the daemon will write it again. A table with no record, or
+// whose owner is gone, is deleted. The record is judged in the generation
+// the delete is checked against (nft.Conn.DeleteGuarded), so a daemon
+// that claims the table meanwhile is not deleted from under.
+func Cleanup(conn *nft.Conn, table string, force bool, log *zap.Logger) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	for i := 0; ; i++ {
+		var running *nft.Owner
+		err := conn.DeleteGuarded(table, func(comment string, exists bool) error {
+			running = nil
+			rec, ok := nft.ParseOwner(comment)
+			if !exists || !ok {
+				return nil
+			}
+			alive, err := conn.Alive(rec)
+			if err != nil || !alive {
+				return err
+			}
+			if !force {
+				return fmt.Errorf("%w: table inet %s records %q; stop that nftpolicy first (it would write the table again at once), or force the cleanup",
+					ErrOwned, table, rec.Comment())
+			}
+			running = &rec
+			return nil
+		})
+		if errors.Is(err, nft.ErrGenerationChanged) && i < maxConflicts {
+			continue
+		}
+		if err == nil && running != nil {
+			log.Warn("deleted the table of a running nftpolicy, as forced; it will write the table again at its next check: stop it to keep the table deleted",
+				zap.String("table", "inet "+table), zap.String("owner", running.ID()), zap.Time("ownerSince", running.Since))
+		}
+		return err
+	}
+}
+
 // ReresolvePriority resolves the forward priority against the base chains
 // now in the namespace, and reports whether it moved: when another table's
 // forward chain took our slot or moved ahead of us, the table must be
@@ -258,6 +405,11 @@ func (s *Syncer) ReresolvePriority() (bool, error) {
 	defer s.syncMu.Unlock()
 	p, err := ResolvePriority(s.conn, s.priority, s.opts.Table, s.log)
 	if err != nil {
+		// The next Sync resolves it again rather than keep a slot that
+		// may no longer be ahead of everyone.
+		s.mu.Lock()
+		s.prioResolved = false
+		s.mu.Unlock()
 		return false, err
 	}
 	s.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -260,8 +261,17 @@ func TestKernelOwnerApplyOnce(t *testing.T) {
 	if _, err := ApplyOnce(conn, table, true, zap.NewNop()); err != nil {
 		t.Fatalf("apply with take-over: %v", err)
 	}
-	if _, err := d.CheckDrift(); !errors.Is(err, ErrTakenOver) {
-		t.Errorf("daemon after a take-over by apply: %v, want ErrTakenOver", err)
+	// The one-shot's record names an owner that is not running: to the
+	// daemon that is drift, and it writes its own table back.
+	if repaired, err := d.CheckDrift(); err != nil || !repaired {
+		t.Errorf("daemon after a take-over by apply: repaired %v, %v; want its table back", repaired, err)
+	}
+	if got := recordIn(t, d); got != d.Owner().Comment() {
+		t.Errorf("record %q after the daemon's check, want its own %q", got, d.Owner().Comment())
+	}
+	d.Close() // the daemon stops
+	if _, err := ApplyOnce(conn, table, false, zap.NewNop()); err != nil {
+		t.Fatalf("apply over a stopped daemon's table: %v", err)
 	}
 	later := openSyncer(t, ns, Options{})
 	if _, err := later.Sync(ownerSnap); err != nil {
@@ -356,5 +366,267 @@ func TestKernelNetnsDeletedIsNotReady(t *testing.T) {
 	}
 	if _, err := s.Sync(ownerChange); !errors.Is(err, nft.ErrNetnsGone) {
 		t.Errorf("sync after ip netns del: %v, want ErrNetnsGone", err)
+	}
+}
+
+// deadOwner is the record of an nftpolicy that is not running (no beacon
+// of its token is held anywhere).
+var deadOwner = nft.Owner{Host: "evil", PID: 1, Token: "00000000deadbeef", Since: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)}
+
+// restoreWithRecord replaces our table in ns with listing (an `nft list
+// table` of it) carrying the record rec instead of its own, as restoring
+// an old `nft list ruleset` backup does.
+func restoreWithRecord(t *testing.T, ns, listing string, rec nft.Owner) {
+	t.Helper()
+	restored := ownerRE.ReplaceAllString(listing, `comment "`+rec.Comment()+`"`)
+	if restored == listing {
+		t.Fatalf("no owner record to replace in:\n%s", listing)
+	}
+	testns.Nft(t, ns, "delete table inet "+DefaultTable+"\n"+restored, "-f", "-")
+}
+
+var ownerRE = regexp.MustCompile(`comment "nftpolicy owner=[^"]*"`)
+
+// A record naming an owner that is not running is drift, not a take-over:
+// restoring an old backup of the table (same content, another record) is
+// repaired by the drift check, which writes our record back; the daemon
+// stays ready.
+func TestKernelOwnerStaleRecordIsRepaired(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	s := openSyncer(t, ns, Options{})
+	if _, err := s.Sync(ownerSnap); err != nil {
+		t.Fatal(err)
+	}
+	restoreWithRecord(t, ns, testns.ListTable(t, ns, DefaultTable), deadOwner)
+	if got := recordIn(t, s); got != deadOwner.Comment() {
+		t.Fatalf("record %q after the restore, want %q", got, deadOwner.Comment())
+	}
+	repaired, err := s.CheckDrift()
+	if err != nil || !repaired {
+		t.Errorf("drift check over a dead owner's record: repaired %v, %v; want repaired", repaired, err)
+	}
+	if got := recordIn(t, s); got != s.Owner().Comment() {
+		t.Errorf("record %q after the drift check, want ours %q", got, s.Owner().Comment())
+	}
+	if _, err := s.Status(); err != nil {
+		t.Errorf("not ready after repairing a stale record: %v", err)
+	}
+	if _, err := s.Sync(ownerChange); err != nil {
+		t.Errorf("sync after the repair: %v", err)
+	}
+}
+
+// The reproducer of the adversarial pass: while Run runs, `nft -f` of a new
+// table whose comment names a dead owner. The commit monitor's notice makes
+// Run check at once; it rewrites the table with its record and stays ready.
+func TestKernelRunRepairsForeignDeadRecord(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	s := openSyncer(t, ns, Options{})
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- ownerSnap
+	runSyncer(t, s, updates) // no periodic drift check: only the monitor
+	waitFor(t, "the first sync and the commit monitor", func() bool {
+		gen, _ := s.Status()
+		return gen > 0 && s.foreignCommits() != nil
+	})
+	testns.Nft(t, ns, fmt.Sprintf("delete table inet %s\ntable inet %s {\n\tcomment %q\n\tchain filter-forward { type filter hook forward priority 0; policy accept; }\n}\n",
+		DefaultTable, DefaultTable, deadOwner.Comment()), "-f", "-")
+	waitFor(t, "our record back in the table", func() bool {
+		return recordIn(t, s) == s.Owner().Comment()
+	})
+	if listing := testns.ListTable(t, ns, DefaultTable); !strings.Contains(listing, "chain ingress-pod-") {
+		t.Errorf("the table was not rewritten whole:\n%s", listing)
+	}
+	if _, err := s.Status(); err != nil {
+		t.Errorf("not ready after the repair: %v", err)
+	}
+}
+
+// A daemon taken over by a running one writes nothing and is not ready
+// while that one runs, keeps checking, and takes the table back when the
+// new owner is gone (its beacon released, as when it dies).
+func TestKernelOwnerTakenOverTakesTableBack(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	a := openSyncer(t, ns, Options{})
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- ownerSnap
+	runSyncer(t, a, updates)
+	waitFor(t, "the first sync", func() bool {
+		gen, _ := a.Status()
+		return gen > 0
+	})
+	b := openSyncer(t, ns, Options{TakeOver: true})
+	if _, err := b.Sync(ownerChange); err != nil {
+		t.Fatalf("take-over: %v", err)
+	}
+	waitFor(t, "the old owner to find it was taken over", func() bool {
+		_, err := a.Status()
+		return errors.Is(err, ErrTakenOver) && strings.Contains(err.Error(), b.Owner().ID())
+	})
+	// Several of a's checks go by: it writes nothing while b runs.
+	before := generation(t, a)
+	time.Sleep(3 * netnsCheck)
+	if after := generation(t, a); after != before {
+		t.Errorf("the taken-over daemon committed while the new owner runs: generation %d, was %d", after, before)
+	}
+	if got := recordIn(t, a); got != b.Owner().Comment() {
+		t.Errorf("record %q while the new owner runs, want %q", got, b.Owner().Comment())
+	}
+	if _, err := a.Status(); !errors.Is(err, ErrTakenOver) {
+		t.Errorf("taken-over daemon's status while the new owner runs: %v", err)
+	}
+	// Nor does it grab the table when the table goes while the new owner
+	// runs: that owner writes it again.
+	testns.Nft(t, ns, "", "delete", "table", "inet", DefaultTable)
+	time.Sleep(3 * netnsCheck)
+	if _, err := a.conn.TableComment(DefaultTable); !errors.Is(err, nft.ErrNoTable) {
+		t.Errorf("the taken-over daemon wrote a table while the new owner runs: %v", err)
+	}
+
+	b.Close() // the new owner dies
+	waitFor(t, "the old owner to take the table back", func() bool {
+		_, err := a.Status()
+		return err == nil && recordIn(t, a) == a.Owner().Comment()
+	})
+	if listing := testns.ListTable(t, ns, DefaultTable); strings.Contains(listing, "allow-y") {
+		t.Errorf("the table taken back is still the new owner's:\n%s", listing)
+	}
+}
+
+// Two daemons started at the same moment both find the table free at
+// Claim; the one that writes second finds a running owner before it ever
+// wrote, and Run returns ErrOwned naming it, as Claim does for a daemon
+// started second.
+func TestKernelOwnerSimultaneousStartLoserStops(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	first := openSyncer(t, ns, Options{})
+	if _, err := first.Sync(ownerSnap); err != nil {
+		t.Fatal(err)
+	}
+	restoreWithRecord(t, ns, testns.ListTable(t, ns, DefaultTable), deadOwner)
+	first.Close()
+
+	a := openSyncer(t, ns, Options{})
+	b := openSyncer(t, ns, Options{})
+	if err := a.Claim(); err != nil {
+		t.Fatalf("a's claim over a dead owner's table: %v", err)
+	}
+	if err := b.Claim(); err != nil {
+		t.Fatalf("b's claim over a dead owner's table: %v", err)
+	}
+	if _, err := a.Sync(ownerSnap); err != nil {
+		t.Fatalf("a's sync: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- ownerChange
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Run(ctx, updates, Timing{Debounce: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond, Retry: 100 * time.Millisecond})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrOwned) || !strings.Contains(err.Error(), a.Owner().ID()) {
+			t.Errorf("the second writer's Run: %v; want ErrOwned naming %s", err, a.Owner().ID())
+		}
+	case <-time.After(10 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("the second writer's Run still runs after 10s; want it to return ErrOwned")
+	}
+	if got := recordIn(t, a); got != a.Owner().Comment() {
+		t.Errorf("record %q, want the first writer's %q", got, a.Owner().Comment())
+	}
+}
+
+// ip netns del makes Run's Syncer unready within about a second, not at
+// the next drift check.
+func TestKernelRunNetnsDeletedIsNotReadySoon(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	s := openSyncer(t, ns, Options{})
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- ownerSnap
+	runSyncer(t, s, updates) // no periodic drift check
+	waitFor(t, "the first sync", func() bool {
+		gen, err := s.Status()
+		return gen > 0 && err == nil
+	})
+	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del: %v: %s", err, out)
+	}
+	start := time.Now()
+	for {
+		_, err := s.Status()
+		if errors.Is(err, nft.ErrNetnsGone) {
+			t.Logf("not ready %v after ip netns del: %v", time.Since(start).Round(time.Millisecond), err)
+			break
+		}
+		if time.Since(start) > 10*netnsCheck {
+			t.Fatalf("still ready %v after ip netns del: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A foreign forward chain at the lowest priority leaves no slot ahead of
+// it: Run is not ready, saying why, and recovers by itself once the chain
+// is gone (no notification says so: the retries find it).
+func TestKernelRunUnresolvablePriorityIsNotReady(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	s := openSyncer(t, ns, Options{})
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- ownerSnap
+	runSyncer(t, s, updates)
+	waitFor(t, "the first sync and the commit monitor", func() bool {
+		gen, err := s.Status()
+		return gen > 0 && err == nil && s.forwardChains() != nil
+	})
+	testns.Nft(t, ns, "add table ip kube\nadd chain ip kube kube-forward { type filter hook forward priority -2147483648; }\n", "-f", "-")
+	waitFor(t, "not ready, saying why", func() bool {
+		_, err := s.Status()
+		return err != nil && strings.Contains(err.Error(), "kube-forward")
+	})
+	gen, _ := s.Status()
+	testns.Nft(t, ns, "", "delete", "table", "ip", "kube")
+	waitFor(t, "ready again once the chain is gone", func() bool {
+		g, err := s.Status()
+		return err == nil && g > gen
+	})
+}
+
+// Cleanup refuses to delete the table of a running nftpolicy, naming it,
+// unless forced; it deletes that of an owner that is gone, and nothing.
+func TestKernelCleanupRefusesRunningOwner(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	d := openSyncer(t, ns, Options{})
+	if _, err := d.Sync(ownerSnap); err != nil {
+		t.Fatal(err)
+	}
+	log := zaptest.NewLogger(t)
+	err := Cleanup(d.conn, DefaultTable, false, log)
+	if !errors.Is(err, ErrOwned) || !strings.Contains(err.Error(), d.Owner().ID()) {
+		t.Errorf("cleanup under a running daemon: %v; want ErrOwned naming %s", err, d.Owner().ID())
+	}
+	if got := recordIn(t, d); got != d.Owner().Comment() {
+		t.Errorf("record %q after a refused cleanup", got)
+	}
+	if err := Cleanup(d.conn, DefaultTable, true, log); err != nil {
+		t.Errorf("forced cleanup: %v", err)
+	}
+	if _, err := d.conn.TableComment(DefaultTable); !errors.Is(err, nft.ErrNoTable) {
+		t.Errorf("table after a forced cleanup: %v, want none", err)
+	}
+	if repaired, err := d.CheckDrift(); err != nil || !repaired {
+		t.Errorf("the daemon after a forced cleanup: repaired %v, %v", repaired, err)
+	}
+	d.Close() // the daemon stops
+	for i := 0; i < 2; i++ {
+		if err := Cleanup(d.conn, DefaultTable, false, log); err != nil {
+			t.Errorf("cleanup #%d after the daemon stopped: %v", i+1, err)
+		}
+	}
+	if _, err := d.conn.TableComment(DefaultTable); !errors.Is(err, nft.ErrNoTable) {
+		t.Errorf("table after cleanup: %v, want none", err)
 	}
 }

@@ -183,6 +183,12 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 	s.mu.Lock()
 	last, gen := s.last, s.gen
 	s.mu.Unlock()
+	if s.own.foreign || s.takenOver() != nil {
+		// Another record is in the table (see judge), or, taking the
+		// table back, what it holds is not what we last programmed: only
+		// a whole write puts ours there.
+		last = nil
+	}
 	var delta *nft.Delta
 	if last != nil {
 		delta = s.compiler.DeltaFrom(last)
@@ -214,9 +220,18 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 		if monitor != nil && monitor.Untouched(since, gen, monitorWait) {
 			continue // only other tables changed: the delta still holds
 		}
-		if err := s.checkOwner(); err != nil {
+		foreign, err := s.checkOwner()
+		if err != nil {
 			s.programmed(nil, 0)
 			return nft.BatchStats{}, err
+		}
+		if foreign {
+			// The table was replaced with another record (judge logged
+			// it): rewrite it whole.
+			s.mu.Lock()
+			s.repairs++
+			s.mu.Unlock()
+			break
 		}
 		s.mu.Lock()
 		s.readBacks++
@@ -259,7 +274,9 @@ func (s *Syncer) programmed(t *nft.Table, gen uint32) {
 // another process has committed to our table since it was last verified.
 // Run calls it every Timing.DriftCheck, and one debounce after the monitor
 // sees another process commit to our table. It reports whether it
-// repaired anything.
+// repaired anything. A record in the table of another owner that is not
+// running is drift too (see Ownership); that of a running one is
+// ErrTakenOver, and nothing is written.
 func (s *Syncer) CheckDrift() (bool, error) {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
@@ -272,7 +289,7 @@ func (s *Syncer) CheckDrift() (bool, error) {
 	s.prioResolved = false
 	s.mu.Unlock()
 	if last == nil {
-		return false, nil
+		return false, s.takenOver()
 	}
 	// The generation is read first: a commit after it makes the next delta
 	// fail its check and read the table again.
@@ -280,31 +297,34 @@ func (s *Syncer) CheckDrift() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := s.checkOwner(); err != nil {
-		return false, err
-	}
-	s.mu.Lock()
-	verified, monitor := s.gen, s.monitor
-	s.mu.Unlock()
-	if monitor != nil && verified != 0 && monitor.Untouched(verified, gen, monitorWait) {
-		// Nobody else has committed to our table since we verified it: no
-		// read needed (seconds at 10k policies, during which no event is
-		// synced).
-		s.programmed(last, gen)
-		return false, nil
-	}
-	s.mu.Lock()
-	s.readBacks++
-	s.mu.Unlock()
-	drift, err := s.conn.Drift(last)
+	foreign, err := s.checkOwner()
 	if err != nil {
 		return false, err
 	}
-	if drift == "" {
-		s.programmed(last, gen)
-		return false, nil
+	if !foreign {
+		s.mu.Lock()
+		verified, monitor := s.gen, s.monitor
+		s.mu.Unlock()
+		if monitor != nil && verified != 0 && monitor.Untouched(verified, gen, monitorWait) {
+			// Nobody else has committed to our table since we verified it: no
+			// read needed (seconds at 10k policies, during which no event is
+			// synced).
+			s.programmed(last, gen)
+			return false, nil
+		}
+		s.mu.Lock()
+		s.readBacks++
+		s.mu.Unlock()
+		drift, err := s.conn.Drift(last)
+		if err != nil {
+			return false, err
+		}
+		if drift == "" {
+			s.programmed(last, gen)
+			return false, nil
+		}
+		s.log.Warn("ruleset drifted from what was programmed; rewriting it", zap.String("drift", drift))
 	}
-	s.log.Warn("ruleset drifted from what was programmed; rewriting it", zap.String("drift", drift))
 	batch, err := s.applyOwned(last)
 	if err != nil {
 		s.programmed(nil, 0)
@@ -375,14 +395,17 @@ func (s *Syncer) reportProblems(problems []Problem) {
 
 // Status reports the number of successful syncs (a sync that found the
 // table already programmed counts: it confirms the state) and the error of
-// the most recent sync, if it failed, or, for good once it happened, why
-// the Syncer writes nothing more: another nftpolicy took the table over
-// (ErrTakenOver), or the namespace is gone (nft.ErrNetnsGone).
+// the most recent sync, if it failed; or, for good once it happened, that
+// the namespace is gone (nft.ErrNetnsGone); or, while another running
+// nftpolicy holds the table this Syncer owned, ErrTakenOver naming it.
 func (s *Syncer) Status() (generation uint64, lastErr error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.own.stop != nil {
-		return s.generation, s.own.stop // taken over, or the netns is gone
+		return s.generation, s.own.stop // the netns is gone
+	}
+	if s.own.lost != nil {
+		return s.generation, s.own.lost // taken over, until we take it back
 	}
 	return s.generation, s.lastErr
 }
@@ -439,7 +462,8 @@ type Timing struct {
 	// MaxDelay bounds the wait from the first change of a burst to its sync,
 	// however long the burst goes on.
 	MaxDelay time.Duration
-	// Retry is the wait before a failed sync is tried again.
+	// Retry is the wait before a failed sync is tried again; it doubles
+	// with each failure in a row, up to maxRetryFactor times Retry.
 	Retry time.Duration
 	// DriftCheck is the period of CheckDrift; zero disables it. A commit
 	// to our table by another process, seen by the commit monitor, makes
@@ -447,11 +471,38 @@ type Timing struct {
 	DriftCheck time.Duration
 }
 
+// maxRetryFactor bounds the backoff of failed syncs: at most this many
+// times Timing.Retry between tries (8 s for the daemon), so that a cause
+// that goes away unannounced (a foreign forward chain deleted, which no
+// notification reports) is noticed soon after.
+const maxRetryFactor = 8
+
+// retryAfter is the wait before the next try after n failed syncs in a
+// row (n ≥ 1).
+func retryAfter(retry time.Duration, n int) time.Duration {
+	d := retry
+	for i := 1; i < n && d < retry*maxRetryFactor; i++ {
+		d *= 2
+	}
+	return min(d, retry*maxRetryFactor)
+}
+
+// netnsCheck is the period at which Run checks that the namespace is still
+// there (a stat: ip netns del makes the daemon unready within a second,
+// not at the next drift check) and, while taken over, whether the owner
+// that took the table still runs.
+const netnsCheck = time.Second
+
 // Run syncs every snapshot that arrives on updates until ctx ends. A burst of
 // updates is coalesced into its last snapshot (see Timing); a failed sync is
-// retried with the newest snapshot. Run returns when ctx is done and leaves
-// the table programmed.
-func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing) {
+// retried with the newest snapshot, with backoff. Run returns nil when ctx
+// is done and leaves the table programmed. It returns an error wrapping
+// ErrOwned if, before this Syncer ever wrote the table, another running
+// nftpolicy wrote it first (two daemons started at once: the outcome is
+// that of starting second, see Ownership). Taken over after it wrote, it
+// keeps running as a standby and takes the table back when the new owner
+// is gone.
+func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing) error {
 	// Commits are followed from the end of the first sync: a listener makes
 	// the kernel build a notification per object of every commit, and for
 	// the first, whole table that is one per rule, set and element (the
@@ -480,10 +531,28 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 		defer ticker.Stop()
 		drift = ticker.C
 	}
+	netnsTicker := time.NewTicker(netnsCheck)
+	defer netnsTicker.Stop()
+	failures := 0 // failed syncs in a row
+	// retake, while another running nftpolicy holds the table, tries the
+	// newest snapshot again: Sync asks whether that owner still runs before
+	// it compiles anything, and takes the table back once it is gone.
+	retake := func() bool {
+		if s.takenOver() == nil {
+			return false
+		}
+		if pending == nil {
+			pending = synced
+		}
+		if pending != nil {
+			timer.Reset(0)
+		}
+		return true
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-foreign:
 			if !checkArmed {
 				checkSoon.Reset(t.Debounce)
@@ -491,7 +560,7 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			}
 		case <-checkSoon.C:
 			checkArmed = false
-			if s.stopped() != nil {
+			if s.stopped() != nil || retake() {
 				continue // it writes nothing any more, repairs included
 			}
 			s.log.Info("another process committed to our table; checking it for drift now")
@@ -513,11 +582,24 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			if pending == nil || s.stopped() != nil {
 				continue // a stopped Syncer logged why once
 			}
-			if _, err := s.Sync(pending); err != nil {
-				s.log.Error("sync failed; the previous table stays programmed", zap.Error(err), zap.Duration("retry", t.Retry))
-				timer.Reset(t.Retry)
+			_, err := s.Sync(pending)
+			switch {
+			case errors.Is(err, ErrOwned):
+				// Only before our record was ever written: another daemon
+				// started with us and wrote first.
+				s.log.Error("another running nftpolicy wrote the table first; stopping", zap.Error(err))
+				return err
+			case errors.Is(err, ErrTakenOver):
+				// judge logged it; retake asks again every second.
+				continue
+			case err != nil:
+				failures++
+				wait := retryAfter(t.Retry, failures)
+				s.log.Error("sync failed; the previous table stays programmed", zap.Error(err), zap.Duration("retry", wait))
+				timer.Reset(wait)
 				continue
 			}
+			failures = 0
 			synced, pending = pending, nil
 			if !watching {
 				s.WatchCommits()
@@ -529,12 +611,22 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			// Another table's forward chain may have taken our priority
 			// or moved ahead of us: re-place ours now, not at the next
 			// cluster change.
-			if s.stopped() != nil {
+			if s.stopped() != nil || s.takenOver() != nil {
 				continue
 			}
 			moved, err := s.ReresolvePriority()
 			if err != nil {
-				s.log.Error("cannot re-resolve the forward priority", zap.Error(err))
+				// Our chain may no longer run first: not ready until the
+				// priority resolves. The sync resolves it again, fails
+				// with the reason (Status), and is retried with backoff
+				// until the chain in the way goes.
+				s.log.Error("cannot re-resolve the forward priority; not ready until it can be", zap.Error(err))
+				if pending == nil {
+					pending, deadline = synced, time.Now()
+				}
+				if pending != nil {
+					timer.Reset(0)
+				}
 				continue
 			}
 			if moved && pending == nil {
@@ -542,12 +634,17 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 				timer.Reset(0)
 			}
 		case <-drift:
-			if s.stopped() != nil {
+			if s.stopped() != nil || retake() {
 				continue
 			}
 			if _, err := s.CheckDrift(); err != nil {
 				s.log.Error("drift check failed", zap.Error(err))
 			}
+		case <-netnsTicker.C:
+			if s.stopped() != nil || s.checkNetns() != nil {
+				continue
+			}
+			retake()
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -138,6 +139,46 @@ func (c *Conn) ApplyGuarded(t *Table, check func(comment string, exists bool) er
 		return gen, nil
 	}
 	return c.apply(t, 0, guard)
+}
+
+// DeleteGuarded deletes the inet table name (nothing if there is none) as
+// Delete does, unless check refuses: as in ApplyGuarded, the generation
+// and then the table's comment are read right before the batch is sent,
+// check decides (an error cancels the delete and is returned as is), and
+// the delete is checked against that generation (ErrGenerationChanged if
+// anyone committed in between: read again and retry).
+func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool) error) error {
+	nl, tx, err := c.newBatchConn(0)
+	if err != nil {
+		return fmt.Errorf("delete table inet %s: netlink: %w", name, err)
+	}
+	tx.guard = func() (uint32, error) {
+		gen, err := c.Generation()
+		if err != nil {
+			return 0, err
+		}
+		comment, err := c.TableComment(name)
+		exists := true
+		if errors.Is(err, ErrNoTable) {
+			exists, err = false, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := check(comment, exists); err != nil {
+			return 0, err
+		}
+		return gen, nil
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	// Adding first makes the delete succeed whether or not the table
+	// exists (see Delete).
+	nl.AddTable(table)
+	nl.DelTable(table)
+	if _, err := tx.flush(nl); err != nil {
+		return fmt.Errorf("delete table inet %s: %w", name, err)
+	}
+	return nil
 }
 
 // CheckNetns reports, with an error wrapping ErrNetnsGone, whether the

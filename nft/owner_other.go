@@ -10,6 +10,11 @@ func (c *Conn) ApplyGuarded(t *Table, check func(comment string, exists bool) er
 	return BatchStats{}, ErrUnsupported
 }
 
+// DeleteGuarded fails off Linux.
+func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool) error) error {
+	return ErrUnsupported
+}
+
 // CheckNetns fails off Linux.
 func (c *Conn) CheckNetns() error { return ErrUnsupported }
 

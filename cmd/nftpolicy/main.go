@@ -47,6 +47,7 @@ type config struct {
 	allowMarkOverlap bool
 	allowEmpty       bool
 	takeOver         bool
+	force            bool // cleanup: even while a running nftpolicy owns the table
 	conntrackCleanup bool
 	denyUnknown      bool
 	podCIDRs         []netip.Prefix
@@ -65,7 +66,7 @@ commands:
   apply    program the ruleset for this node's pods once, then exit
   run      program the ruleset and keep it in step with the cluster or the manifests
   dump     print the ruleset apply would program, as nft text
-  cleanup  delete nftpolicy's table
+  cleanup  delete nftpolicy's table (refused while a running daemon owns it, unless --force)
   version  print the version
 
 run 'nftpolicy <command> -h' for the flags of a command.
@@ -108,7 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		err = runDaemon(cfg, log)
 	case "cleanup":
-		err = cleanup(cfg)
+		err = cleanup(cfg, log)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nftpolicy %s: %v\n", cmd, err)
@@ -133,6 +134,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		return cfg.logLevel.Set(s)
 	})
 	if cmd == "cleanup" {
+		fs.BoolVar(&cfg.force, "force", false, "delete the table even while a running nftpolicy owns it (it writes the table again at once: stop it first)")
 		return cfg, fs.Parse(args)
 	}
 	fs.StringVar(&cfg.manifests, "manifests", "", "directory of Kubernetes YAML/JSON manifests (Namespace, Pod, Node, NetworkPolicy)")
@@ -143,7 +145,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
 	if cmd == "run" || cmd == "apply" {
 		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, delete the conntrack entries of established flows the new ruleset no longer allows, so they stop at their next packet")
-		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready")
+		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready until this one is gone, then takes the table back (after apply, at once)")
 	}
 	fs.BoolVar(&cfg.denyUnknown, "default-deny-unknown", false, "drop forwarded traffic from or to an address of this node's pod CIDRs that is no known pod, until the pod is known")
 	fs.Func("pod-cidr", "this node's pod CIDR for --default-deny-unknown (repeatable; default: the Node's spec.podCIDRs)", func(s string) error {
@@ -517,13 +519,16 @@ func releaseAfterFirstSync(ctx context.Context, s *enforcer.Syncer) {
 	}
 }
 
-func cleanup(cfg *config) error {
+// cleanup deletes the table, unless a running nftpolicy owns it: that
+// daemon would write it again within a moment, so it must be stopped
+// first (--force deletes it anyway, with a warning).
+func cleanup(cfg *config, log *zap.Logger) error {
 	conn, err := nft.Open(cfg.netns)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	return conn.Delete(nft.FamilyInet, cfg.table)
+	return enforcer.Cleanup(conn, cfg.table, cfg.force, log)
 }
 
 // runDaemon programs the manifests and follows their changes until SIGTERM
@@ -581,9 +586,13 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		updates = watchManifests(ctx, cfg, log, src)
 	}
 	go releaseAfterFirstSync(ctx, s)
-	s.Run(ctx, updates, enforcer.Timing{
+	// Run returns an error (ErrOwned) when another daemon started with this
+	// one and wrote the table first: exit 1, as when started second.
+	if err := s.Run(ctx, updates, enforcer.Timing{
 		Debounce: cfg.debounce, MaxDelay: cfg.maxDelay, Retry: time.Second, DriftCheck: cfg.driftCheck,
-	})
+	}); err != nil {
+		return err
+	}
 	log.Info("stopping; the ruleset stays programmed")
 	return nil
 }
