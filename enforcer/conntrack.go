@@ -31,19 +31,22 @@ func (s *Syncer) cleanConntrack(table *nft.Table, wrote bool) error {
 	if s.cleaner == nil {
 		return nil
 	}
-	if !wrote && s.cleanedOnce {
+	if !wrote && s.cleanedOnce && !s.cleanAll {
 		s.cleaned = table // the kernel did not change: nothing new to clean
 		return nil
 	}
+	// After a repair, what the kernel enforced meanwhile is unknown (a
+	// flushed or dormant table let anything start): every flow table denies
+	// goes, as at start.
 	var old *nft.Table
-	if s.cleanedOnce {
+	if s.cleanedOnce && !s.cleanAll {
 		old = s.cleaned
 	}
 	st, err := s.cleaner.Narrowed(old, table)
 	if err != nil {
 		return fmt.Errorf("table programmed, but the conntrack entries of flows it no longer allows could not be deleted: %w", err)
 	}
-	s.cleaned, s.cleanedOnce = table, true
+	s.cleaned, s.cleanedOnce, s.cleanAll = table, true, false
 	if st.Deleted > 0 || st.Narrowed > 0 {
 		s.log.Info("deleted the conntrack entries of flows the change no longer allows",
 			zap.Int("narrowed", st.Narrowed), zap.Int("deleted", st.Deleted), zap.Int("gone", st.Gone),

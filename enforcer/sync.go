@@ -35,6 +35,7 @@ type Syncer struct {
 	cleaner     *conntrack.Cleaner
 	cleaned     *nft.Table // the table the last cleanup brought conntrack in line with
 	cleanedOnce bool
+	cleanAll    bool // a repair rewrote the table: judge every flow at the next cleanup
 
 	mu           sync.Mutex
 	generation   uint64       // successful syncs so far
@@ -230,6 +231,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 			// it): rewrite it whole.
 			s.mu.Lock()
 			s.repairs++
+			s.cleanAll = true
 			s.mu.Unlock()
 			break
 		}
@@ -245,6 +247,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 			s.log.Warn("our table was changed by someone else; rewriting it", zap.String("drift", drift))
 			s.mu.Lock()
 			s.repairs++
+			s.cleanAll = true
 			s.mu.Unlock()
 			break
 		}
@@ -334,6 +337,12 @@ func (s *Syncer) CheckDrift() (bool, error) {
 	s.mu.Lock()
 	s.repairs++
 	s.mu.Unlock()
+	// Connections that started while the table was not what we programmed
+	// (flushed, dormant, a rule replaced) must not outlive the repair.
+	s.cleanAll = true
+	if err := s.cleanConntrack(last, true); err != nil {
+		return true, err
+	}
 	return true, nil
 }
 
