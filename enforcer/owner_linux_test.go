@@ -570,9 +570,10 @@ func TestKernelRunNetnsDeletedIsNotReadySoon(t *testing.T) {
 }
 
 // A foreign forward chain at the lowest priority leaves no slot ahead of
-// it: Run is not ready, saying why, and recovers by itself once the chain
-// is gone (no notification says so: the retries find it).
-func TestKernelRunUnresolvablePriorityIsNotReady(t *testing.T) {
+// it: ours moves right after it, the daemon stays ready (policy is still
+// enforced: an accept ends only its own base chain), and it goes on
+// following changes instead of freezing every update.
+func TestKernelRunNoPriorityAheadGoesOnRightAfter(t *testing.T) {
 	ns := testns.New(t, "nftpt")
 	s := openSyncer(t, ns, Options{})
 	updates := make(chan *k8s.Snapshot, 1)
@@ -583,15 +584,19 @@ func TestKernelRunUnresolvablePriorityIsNotReady(t *testing.T) {
 		return gen > 0 && err == nil && s.forwardChains() != nil
 	})
 	testns.Nft(t, ns, "add table ip kube\nadd chain ip kube kube-forward { type filter hook forward priority -2147483648; }\n", "-f", "-")
-	waitFor(t, "not ready, saying why", func() bool {
-		_, err := s.Status()
-		return err != nil && strings.Contains(err.Error(), "kube-forward")
+	waitFor(t, "ours right after the chain at the lowest priority", func() bool {
+		return strings.Contains(testns.ListTable(t, ns, DefaultTable), "hook forward priority -2147483647;")
 	})
-	gen, _ := s.Status()
-	testns.Nft(t, ns, "", "delete", "table", "ip", "kube")
-	waitFor(t, "ready again once the chain is gone", func() bool {
+	gen, err := s.Status()
+	if err != nil {
+		t.Fatalf("not ready after moving right after the lowest chain: %v", err)
+	}
+	next := *ownerSnap
+	next.Policies = nil
+	updates <- &next
+	waitFor(t, "the next change programmed", func() bool {
 		g, err := s.Status()
-		return err == nil && g > gen
+		return err == nil && g > gen && !strings.Contains(testns.ListTable(t, ns, DefaultTable), "chain ingress-pod-")
 	})
 }
 

@@ -41,10 +41,33 @@ func ChoosePriority(others []nft.BaseChain, ourTable string) (int32, error) {
 		p--
 	}
 	if p < math.MinInt32 {
-		return 0, fmt.Errorf("no forward priority is ahead of %s %s chain %s (priority %d)",
-			first.Family, first.Table, first.Name, first.Priority)
+		// The lowest free priority then: right after the chains at the
+		// bottom of the range, ahead of the rest.
+		fallback := int64(math.MinInt32)
+		for taken[fallback] {
+			fallback++
+		}
+		return int32(fallback), &NotAheadError{Priority: int32(fallback), Chain: *first}
 	}
 	return int32(p), nil
+}
+
+// A NotAheadError reports that no free priority is ahead of Chain (another
+// component took the very lowest ones). Priority is the lowest free one,
+// which still enforces policy: in nftables an accept ends only its own base
+// chain and a drop is final everywhere, so a chain that runs before ours
+// can neither let past our drop nor be let past by our accept. Running
+// ahead is about running before other components' marks and rejects, not
+// about enforcement, so the daemon goes on at Priority and warns rather
+// than stop following the cluster.
+type NotAheadError struct {
+	Priority int32
+	Chain    nft.BaseChain
+}
+
+func (e *NotAheadError) Error() string {
+	return fmt.Sprintf("no forward priority is ahead of %s %s chain %s (priority %d); using %d, right after it",
+		e.Chain.Family, e.Chain.Table, e.Chain.Name, e.Chain.Priority, e.Priority)
 }
 
 // CheckPriority returns a warning for each other chain on the forward hook

@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -41,17 +42,20 @@ func TestChoosePriority(t *testing.T) {
 			chainAt(nft.FamilyIPv4, "kube-proxy", "filter", -110), chainAt(nft.FamilyInet, "early", "filter", -300),
 			chainAt(nft.FamilyIPv4, "other", "filter", -301),
 		}, want: -302},
+		// Nothing ahead is free: the lowest free priority, with an error
+		// that says so (ResolvePriority warns and goes on).
 		{name: "nothing is ahead of the lowest priority", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "first", "filter", math.MinInt32)},
-			wantErr: "no forward priority is ahead of ip first chain forward (priority -2147483648)"},
+			want: math.MinInt32 + 1, wantErr: "no forward priority is ahead of ip first chain forward (priority -2147483648); using -2147483647"},
 		{name: "nothing free below", others: []nft.BaseChain{
 			chainAt(nft.FamilyIPv4, "a", "filter", math.MinInt32+1), chainAt(nft.FamilyIPv4, "b", "route", math.MinInt32),
-		}, wantErr: "no forward priority is ahead of ip a chain forward"},
+		}, want: math.MinInt32 + 2, wantErr: "no forward priority is ahead of ip a chain forward"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ChoosePriority(tc.others, DefaultTable)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				var notAhead *NotAheadError
+				if !errors.As(err, &notAhead) || !strings.Contains(err.Error(), tc.wantErr) || got != tc.want || notAhead.Priority != tc.want {
+					t.Fatalf("ChoosePriority = %d, %v; want %d and a NotAheadError %q", got, err, tc.want, tc.wantErr)
 				}
 				return
 			}

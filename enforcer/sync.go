@@ -84,7 +84,13 @@ func ResolvePriority(conn *nft.Conn, setting PrioritySetting, table string, log 
 		return 0, fmt.Errorf("read forward chains: %w", err)
 	}
 	if setting.Auto {
-		return ChoosePriority(others, table)
+		p, err := ChoosePriority(others, table)
+		var notAhead *NotAheadError
+		if errors.As(err, &notAhead) {
+			log.Warn("cannot run ahead of every forward chain; policy is still enforced", zap.String("warning", err.Error()))
+			return p, nil
+		}
+		return p, err
 	}
 	for _, w := range CheckPriority(setting.Value, others, table) {
 		log.Warn("explicit priority is not ahead of every forward chain", zap.String("warning", w))
