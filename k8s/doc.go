@@ -149,4 +149,9 @@
 // such as pod conditions or node heartbeats, send nothing. While the API
 // server is away the caches, and so the snapshots, keep the last state;
 // client-go relists on reconnect and the caches replace, never duplicate.
+// Health says so meanwhile: from the first list or watch request that fails
+// it returns an error naming the API server, the resources and the last
+// error, until every informer has caught up again (a complete list, or a
+// watch resumed without a gap); the failure is logged at once, then with
+// backoff, and the recovery once.
 package k8s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,14 +12,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/watchlist"
 )
 
 // DefaultCoalesce is how long an Informers waits after the first change of a
@@ -35,15 +39,20 @@ const DefaultCoalesce = 50 * time.Millisecond
 // and a relist replaces them as a whole, with a delete event for everything
 // that disappeared meanwhile, so a Snapshot built from them after a relist
 // neither loses nor duplicates an object.
+//
+// Health says whether the caches follow the API server: see Health and
+// the link type for how a failing and a recovered connection are told.
 type Informers struct {
 	log      *zap.Logger
-	factory  informers.SharedInformerFactory
+	server   string                      // the API server's URL, for messages
 	infs     []cache.SharedIndexInformer // namespaces, pods, nodes, policies
 	changed  chan struct{}               // capacity 1: "something changed since the last Snapshot"
 	coalesce time.Duration
 
 	mu      sync.Mutex
 	invalid map[types.UID]bool // objects the API server accepted but Admit rejects
+
+	health health
 }
 
 // InformerOptions configures NewInformers.
@@ -55,8 +64,12 @@ type InformerOptions struct {
 	// at that period. Not needed for correctness (the watch delivers every
 	// change); zero disables it.
 	Resync time.Duration
-	// Log receives watch errors and skipped objects; zap.NewNop when nil.
+	// Log receives list and watch errors and skipped objects; zap.NewNop
+	// when nil.
 	Log *zap.Logger
+	// Server is the API server's URL, named in Health's errors and in the
+	// log; taken from the client when it is a *kubernetes.Clientset.
+	Server string
 }
 
 // NewInformers sets up the informers on client. Nothing is listed or
@@ -68,37 +81,81 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
+	if opts.Server == "" {
+		opts.Server = serverOf(client)
+	}
 	in := &Informers{
 		log:      opts.Log,
+		server:   opts.Server,
 		changed:  make(chan struct{}, 1),
 		coalesce: opts.Coalesce,
 		invalid:  map[types.UID]bool{},
 	}
-	in.factory = informers.NewSharedInformerFactoryWithOptions(client, opts.Resync, informers.WithTransform(in.transform))
-	in.infs = []cache.SharedIndexInformer{
-		in.factory.Core().V1().Namespaces().Informer(),
-		in.factory.Core().V1().Pods().Informer(),
-		in.factory.Core().V1().Nodes().Informer(),
-		in.factory.Networking().V1().NetworkPolicies().Informer(),
+	in.health.changed = make(chan struct{})
+	// Each informer lists and watches through a link, which tells Health
+	// how its requests fare; the reflectors behind the informers do not
+	// say (see link).
+	noWatchList := watchlist.DoesClientNotSupportWatchListSemantics(client)
+	core, netv1 := client.CoreV1(), client.NetworkingV1()
+	links := []*link{ // in the order of resources
+		{list: listFunc(core.Namespaces().List), watch: core.Namespaces().Watch},
+		{list: listFunc(core.Pods("").List), watch: core.Pods("").Watch},
+		{list: listFunc(core.Nodes().List), watch: core.Nodes().Watch},
+		{list: listFunc(netv1.NetworkPolicies("").List), watch: netv1.NetworkPolicies("").Watch},
 	}
+	objs := []runtime.Object{&corev1.Namespace{}, &corev1.Pod{}, &corev1.Node{}, &networkingv1.NetworkPolicy{}}
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { in.notify() },
 		UpdateFunc: in.onUpdate,
 		DeleteFunc: in.onDelete,
 	}
-	for _, inf := range in.infs {
-		// Errors only when the informer has started; it has not.
+	for i, l := range links {
+		l.in, l.resource, l.noWatchList = in, resources[i], noWatchList
+		inf := cache.NewSharedIndexInformerWithOptions(l, objs[i], cache.SharedIndexInformerOptions{
+			ResyncPeriod: opts.Resync,
+			Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		})
+		// These error only once the informer has started; it has not.
+		_ = inf.SetTransform(in.transform)
 		_, _ = inf.AddEventHandler(handler)
 		_ = inf.SetWatchErrorHandlerWithContext(in.watchError)
+		in.infs = append(in.infs, inf)
 	}
 	return in
+}
+
+// resources are what the informers follow, in the order of Informers.infs.
+var resources = []string{"namespaces", "pods", "nodes", "networkpolicies"}
+
+// listFunc adapts a typed client's List to cache.ListWithContextFunc.
+func listFunc[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) cache.ListWithContextFunc {
+	return func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return list(ctx, opts)
+	}
+}
+
+// serverOf returns the URL of the API server client talks to, or "" when
+// it cannot tell (a fake clientset).
+func serverOf(client kubernetes.Interface) string {
+	cs, ok := client.(*kubernetes.Clientset)
+	if !ok || cs == nil {
+		return ""
+	}
+	rc, ok := cs.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		return ""
+	}
+	u := rc.Get().URL()
+	return u.Scheme + "://" + u.Host
 }
 
 // Start starts the informers and waits until every cache holds a complete
 // list, or ctx ends (then it returns an error and the informers stop with
 // ctx). The informers run until ctx ends.
 func (in *Informers) Start(ctx context.Context) error {
-	in.factory.Start(ctx.Done())
+	for _, inf := range in.infs {
+		go inf.RunWithContext(ctx)
+	}
 	synced := make([]cache.InformerSynced, len(in.infs))
 	for i, inf := range in.infs {
 		synced[i] = inf.HasSynced
@@ -223,15 +280,274 @@ func (in *Informers) onDelete(obj any) {
 	in.notify()
 }
 
+// watchError replaces client-go's default handler, which would print each
+// failed attempt to klog's stderr: the links have already seen the error
+// (a list or watch that failed passes through one), and Health and the
+// log report it with backoff.
 func (in *Informers) watchError(_ context.Context, r *cache.Reflector, err error) {
-	// A closed watch is routine (the API server ends watches after a
-	// timeout); anything else is logged, once per failed attempt, while the
-	// reflector retries with backoff and the caches keep their state.
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	in.log.Warn("watch failed; enforcing the last known state until it recovers",
-		zap.String("resource", r.TypeDescription()), zap.Error(err))
+	in.log.Debug("list and watch ended with an error; the reflector retries with backoff",
+		zap.String("resource", r.TypeDescription()), ErrorField(err))
+}
+
+// A link is the ListerWatcher of one informer: it lists and watches
+// through the clientset and tells Health how each request fared.
+//
+// # Why here, and not in a watch error handler
+//
+// The reflector behind an informer calls its WatchErrorHandler only when a
+// whole list-and-watch round returns an error. While the API server refuses
+// connections it never does: a watch that fails with "connection refused"
+// is retried inside the round, with backoff, and so is a streaming list
+// (WatchListClient, on by default since client-go v0.35); client-go logs
+// those retries at klog V(2)-V(4). Nor is there any call, or field, that
+// says the caches are current again: HasSynced stays true after the first
+// list, and LastSyncResourceVersion need not move when nothing changed.
+// The reflector's requests all pass through its ListerWatcher, so that is
+// where a failure is seen at once, and so is the end of it.
+//
+// # When a link has recovered
+//
+// A link that failed is healthy again when the API server has given it
+// what it needs to be current, with nothing missed in between:
+//
+//   - a list that returned its last page (the reflector replaces the cache
+//     with it);
+//   - a streaming list (sendInitialEvents) that reached its
+//     "k8s.io/initial-events-end" bookmark (likewise);
+//   - a watch from the last resource version that delivered an event,
+//     bookmarks included: the API server serves it only if it still holds
+//     every change since that version, so the cache misses nothing. When
+//     nothing changes, the first such event is a bookmark, which the API
+//     server sends about once a minute.
+//
+// Merely reaching the API server again (its /readyz, a probe of our own)
+// is not enough: the reflectors retry on their own backoff, up to a minute
+// apart, and until each has relisted its cache is as stale as during the
+// outage. An expired resource version (410 Gone, routine after the API
+// server restarts or etcd compacts) neither fails nor heals a link: the
+// reflector relists at once.
+type link struct {
+	in          *Informers
+	resource    string // "pods"
+	list        cache.ListWithContextFunc
+	watch       cache.WatchFuncWithContext
+	noWatchList bool // a fake clientset: see watchlist.DoesClientNotSupportWatchListSemantics
+}
+
+// List implements cache.Lister (the reflector calls ListWithContext).
+func (l *link) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return l.ListWithContext(context.Background(), opts)
+}
+
+// Watch implements cache.Watcher (the reflector calls WatchWithContext).
+func (l *link) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return l.WatchWithContext(context.Background(), opts)
+}
+
+func (l *link) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	obj, err := l.list(ctx, opts)
+	if err != nil {
+		l.failed(ctx, err)
+		return obj, err
+	}
+	// A paginated list is complete with its last page.
+	if m, merr := meta.ListAccessor(obj); merr == nil && m.GetContinue() == "" {
+		l.in.health.recovered(l.in, l.resource)
+	}
+	return obj, nil
+}
+
+func (l *link) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := l.watch(ctx, opts)
+	if err != nil {
+		l.failed(ctx, err)
+		return w, err
+	}
+	streamingList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	return newObservedWatch(w, func(ev watch.Event) {
+		switch ev.Type {
+		case watch.Error:
+			if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+				l.failed(ctx, err)
+			}
+		case watch.Bookmark:
+			if m, err := meta.Accessor(ev.Object); err == nil && (!streamingList || m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true") {
+				l.in.health.recovered(l.in, l.resource)
+			}
+		default:
+			if !streamingList {
+				l.in.health.recovered(l.in, l.resource)
+			}
+		}
+	}), nil
+}
+
+// IsWatchListSemanticsUnSupported tells the reflector whether the client
+// can stream lists, as client-go's own informers do.
+func (l *link) IsWatchListSemanticsUnSupported() bool { return l.noWatchList }
+
+func (l *link) failed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // stopping
+	}
+	l.in.health.failed(l.in, l.resource, err)
+}
+
+// An observedWatch passes the events of a watch on, calling see with each
+// before the reflector gets it.
+type observedWatch struct {
+	w    watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func newObservedWatch(w watch.Interface, see func(watch.Event)) watch.Interface {
+	o := &observedWatch{w: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(o.out)
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				see(ev)
+				select {
+				case o.out <- ev:
+				case <-o.stop:
+					return
+				}
+			case <-o.stop:
+				return
+			}
+		}
+	}()
+	return o
+}
+
+func (o *observedWatch) ResultChan() <-chan watch.Event { return o.out }
+
+func (o *observedWatch) Stop() {
+	o.once.Do(func() {
+		close(o.stop)
+		o.w.Stop()
+	})
+}
+
+// First and longest interval between two log entries of one outage: the
+// reflectors retry every second or so at first, then every 30 to 60 s,
+// four of them, and a line per attempt would bury everything else.
+const (
+	firstLogRepeat = 10 * time.Second
+	maxLogRepeat   = 5 * time.Minute
+)
+
+// health is the state of the links, behind Informers.Health.
+type health struct {
+	mu       sync.Mutex
+	failing  map[string]error // resource → its last error, while failing
+	last     error            // the latest error of the outage
+	since    time.Time        // when the outage began
+	failures int              // failed requests in the outage
+	logged   time.Time        // last log entry of the outage
+	repeat   time.Duration    // until the next one
+	err      error            // what Health returns
+	changed  chan struct{}    // closed, and replaced, when err changes
+}
+
+// Health returns why the caches may not hold the API server's current
+// content, nil when they do, and a channel that is closed the next time
+// that changes. The error names the API server, the resources whose list
+// or watch fails, since when, and the last error, e.g.
+//
+//	cannot list and watch pods, nodes at the API server https://10.0.0.1:6443 since 2026-01-02T15:04:05Z (7 failed requests); the caches keep the state last listed: Get "https://10.0.0.1:6443/api/v1/pods?...": dial tcp 10.0.0.1:6443: connect: connection refused
+//
+// It is nil again once every failed link has recovered (see link). The
+// caches, and the Snapshots, keep the state last listed meanwhile.
+func (in *Informers) Health() (changed <-chan struct{}, err error) {
+	in.health.mu.Lock()
+	defer in.health.mu.Unlock()
+	return in.health.changed, in.health.err
+}
+
+func (h *health) failed(in *Informers, resource string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	if h.failing == nil {
+		h.failing = map[string]error{}
+	}
+	first := len(h.failing) == 0
+	h.failing[resource] = err
+	h.last = err
+	h.failures++
+	switch {
+	case first:
+		h.since, h.logged, h.repeat = now, now, firstLogRepeat
+		in.log.Error("cannot list and watch at the API server; enforcing the state last listed while the informers retry with backoff",
+			zap.String("server", in.server), zap.String("resource", resource), ErrorField(err))
+	case now.Sub(h.logged) >= h.repeat:
+		h.logged, h.repeat = now, min(2*h.repeat, maxLogRepeat)
+		in.log.Error("still cannot list and watch at the API server; enforcing the state last listed",
+			zap.String("server", in.server), zap.Strings("resources", h.failingLocked()),
+			zap.Duration("for", now.Sub(h.since).Round(time.Second)), zap.Int("failures", h.failures), ErrorField(err))
+	}
+	h.setLocked(in)
+}
+
+func (h *health) recovered(in *Informers, resource string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.failing[resource]; !ok {
+		return
+	}
+	delete(h.failing, resource)
+	if len(h.failing) == 0 {
+		in.log.Info("the API server answers again and every cache has caught up",
+			zap.String("server", in.server), zap.Duration("after", time.Since(h.since).Round(time.Second)), zap.Int("failures", h.failures))
+		h.last, h.failures = nil, 0
+	}
+	h.setLocked(in)
+}
+
+// failingLocked returns the failing resources in the informers' order.
+func (h *health) failingLocked() []string {
+	var out []string
+	for _, r := range resources {
+		if _, ok := h.failing[r]; ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (h *health) setLocked(in *Informers) {
+	var err error
+	if len(h.failing) > 0 {
+		server := in.server
+		if server == "" {
+			server = "(unknown)"
+		}
+		err = fmt.Errorf("cannot list and watch %s at the API server %s since %s (%d failed requests); the caches keep the state last listed: %w",
+			strings.Join(h.failingLocked(), ", "), server, h.since.UTC().Format(time.RFC3339), h.failures, h.last)
+	}
+	if errText(err) == errText(h.err) {
+		return
+	}
+	h.err = err
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // transform runs on every object the informers receive, before it is

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -286,31 +291,160 @@ func TestEqualIgnoringVersion(t *testing.T) {
 	}
 }
 
-// While watches fail, every failure is logged and Snapshots keep the last
-// listed state.
+// While watches fail, the failure is logged once (not once per retry),
+// Health says why, and Snapshots keep the last listed state.
 func TestInformersWatchErrorsKeepState(t *testing.T) {
 	client := fake.NewClientset(namespace("x"), podWithIP("x", "a", "10.1.0.1", nil))
+	var failures atomic.Int32
 	client.PrependWatchReactor("*", func(clienttesting.Action) (bool, watch.Interface, error) {
+		failures.Add(1)
 		return true, nil, errors.New("connection refused")
 	})
 	core, logs := observer.New(zap.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	in := NewInformers(client, InformerOptions{Log: zap.New(core)})
+	in := NewInformers(client, InformerOptions{Log: zap.New(core), Server: "https://api.test:6443"})
 	if err := in.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for logs.FilterMessageSnippet("watch failed").Len() < 4 {
+	// Each of the four reflectors retries with backoff (0.8 s, then 1.6 s):
+	// wait for a second round of all four.
+	deadline := time.Now().Add(20 * time.Second)
+	for failures.Load() < 8 {
 		if time.Now().After(deadline) {
-			t.Fatalf("watch failures logged: %v", logs.All())
+			t.Fatalf("only %d failed watches", failures.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if e := logs.FilterMessageSnippet("watch failed").All()[0]; e.ContextMap()["resource"] == nil || e.ContextMap()["error"] == nil {
-		t.Errorf("log entry lacks resource or error: %v", e.ContextMap())
+	if got := logs.Len(); got != 1 {
+		t.Errorf("%d log entries after %d failed watches, want 1 (then more with backoff): %v", got, failures.Load(), logs.All())
+	} else if m := logs.All()[0].ContextMap(); m["resource"] == nil || m["error"] == nil || m["server"] != "https://api.test:6443" {
+		t.Errorf("log entry lacks resource, error or server: %v", m)
+	}
+	_, err := in.Health()
+	if err == nil || !strings.Contains(err.Error(), "https://api.test:6443") || !strings.Contains(err.Error(), "connection refused") ||
+		!strings.Contains(err.Error(), "namespaces, pods, nodes, networkpolicies") {
+		t.Errorf("Health = %v, want the server, the four resources and the error", err)
 	}
 	if d := cmp.Diff([]string{"Namespace x", "Pod x/a"}, objectNames(in.Snapshot())); d != "" {
 		t.Errorf("objects (-want +got):\n%s", d)
+	}
+}
+
+// A watch refused by the API server (connection refused) is retried by the
+// reflector without ever calling its watch error handler; Health still
+// reports it at once, and clears once every link has caught up.
+func TestInformersHealthRecovers(t *testing.T) {
+	np := &networkingv1.NetworkPolicy{ObjectMeta: objectMeta("x", "deny")}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}}
+	client := fake.NewClientset(namespace("x"), podWithIP("x", "a", "10.1.0.1", nil), node, np)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	var down atomic.Bool
+	var mu sync.Mutex
+	var open []watch.Interface
+	client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		if down.Load() {
+			return true, nil, refused
+		}
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace(), a.(clienttesting.WatchActionImpl).ListOptions)
+		mu.Lock()
+		defer mu.Unlock()
+		open = append(open, w)
+		return true, w, err
+	})
+	client.PrependReactor("list", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, refused
+		}
+		return false, nil, nil
+	})
+	core, logs := observer.New(zap.InfoLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := NewInformers(client, InformerOptions{Log: zap.New(core), Server: "https://api.test:6443"})
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				_, err := in.Health()
+				t.Fatalf("%s: not within 60s; Health = %v; log %v", what, err, logs.All())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("four watches", func() bool { mu.Lock(); defer mu.Unlock(); return len(open) == 4 })
+	changed, err := in.Health()
+	if err != nil {
+		t.Fatalf("Health = %v before any failure", err)
+	}
+
+	// The API server goes away: its watches end and it refuses connections.
+	// Watches that lasted a second are re-opened inside the reflector's
+	// round, where a refused one is retried without the error handler.
+	time.Sleep(1200 * time.Millisecond)
+	down.Store(true)
+	mu.Lock()
+	for _, w := range open {
+		w.Stop()
+	}
+	open = nil
+	mu.Unlock()
+	select {
+	case <-changed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Health did not change after the watches were refused")
+	}
+	waitFor("all four failing", func() bool {
+		_, err := in.Health()
+		return err != nil && strings.Contains(err.Error(), "namespaces, pods, nodes, networkpolicies")
+	})
+	_, err = in.Health()
+	if !strings.Contains(err.Error(), "https://api.test:6443") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("Health = %v, want the server and the error", err)
+	}
+	if got := logs.FilterLevelExact(zap.ErrorLevel).Len(); got != 1 {
+		t.Errorf("%d error entries, want 1: %v", got, logs.All())
+	}
+
+	// Back: each link heals with a list, or with the first event of a
+	// watch from where it was (the fake replays nothing, so touch each
+	// resource).
+	down.Store(false)
+	touch := func() {
+		bg := context.Background()
+		label := map[string]string{"t": time.Now().Format("150405.000000")}
+		if ns, err := client.CoreV1().Namespaces().Get(bg, "x", metav1.GetOptions{}); err == nil {
+			ns.Labels = label
+			client.CoreV1().Namespaces().Update(bg, ns, metav1.UpdateOptions{})
+		}
+		if p, err := client.CoreV1().Pods("x").Get(bg, "a", metav1.GetOptions{}); err == nil {
+			p.Labels = label
+			client.CoreV1().Pods("x").Update(bg, p, metav1.UpdateOptions{})
+		}
+		if n, err := client.CoreV1().Nodes().Get(bg, "node1", metav1.GetOptions{}); err == nil {
+			n.Labels = label
+			client.CoreV1().Nodes().Update(bg, n, metav1.UpdateOptions{})
+		}
+		if p, err := client.NetworkingV1().NetworkPolicies("x").Get(bg, "deny", metav1.GetOptions{}); err == nil {
+			p.Labels = label
+			client.NetworkingV1().NetworkPolicies("x").Update(bg, p, metav1.UpdateOptions{})
+		}
+	}
+	waitFor("Health nil again", func() bool {
+		mu.Lock()
+		n := len(open)
+		mu.Unlock()
+		if n > 0 {
+			touch()
+		}
+		_, err := in.Health()
+		return err == nil
+	})
+	if logs.FilterMessageSnippet("answers again").Len() != 1 {
+		t.Errorf("recovery not logged once: %v", logs.All())
 	}
 }

@@ -46,8 +46,14 @@
 // API server would reject, differing duplicates: the first few are named),
 // a directory that holds no objects, or that comes back without any
 // NetworkPolicy after it was removed or emptied (the last programmed state
-// stays unless --allow-empty), or an unknown --node. SIGTERM and SIGINT stop it and
-// leave the table in place, so pods stay protected across restarts.
+// stays unless --allow-empty), or an unknown --node. From an API server,
+// a list or watch that fails (the API server is down or unreachable, or
+// refuses us) is a reason too, naming the API server and the error, from
+// the first failed request until every informer has caught up again; the
+// last state stays programmed meanwhile, the failure is logged at once and
+// then with backoff, and readiness comes back by itself. SIGTERM and SIGINT
+// stop it and leave the table in place, so pods stay protected across
+// restarts.
 //
 // # Priority
 //

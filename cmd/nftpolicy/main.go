@@ -280,7 +280,7 @@ func load(cfg *config, log *zap.Logger) (*k8s.Snapshot, []*k8s.ObjectError, erro
 	if cfg.manifests == "" {
 		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer cancel()
-		in, err := startInformers(ctx, cfg, log)
+		in, err := startInformers(ctx, cfg, log, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -574,14 +574,14 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 	log.Info("running", zap.String("node", cfg.node), zap.String("source", cfg.source()), zap.String("netns", cfg.netns))
 	var updates <-chan *k8s.Snapshot
 	if cfg.manifests == "" {
-		in, err := startInformers(ctx, cfg, log)
+		in, err := startInformers(ctx, cfg, log, src)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped before the caches synced
 			}
 			return err
 		}
-		updates = checkSnapshots(ctx, cfg, log, src, in.Watch(ctx))
+		updates = checkSnapshots(ctx, cfg, log, src, in)
 	} else {
 		updates = watchManifests(ctx, cfg, log, src)
 	}
@@ -649,19 +649,34 @@ func (nw *nodeWatch) check(snap *k8s.Snapshot) error {
 	return err
 }
 
-// checkSnapshots passes on the informers' snapshots and makes an unknown
-// node a reason not to be ready.
-func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState, in <-chan *k8s.Snapshot) <-chan *k8s.Snapshot {
+// checkSnapshots passes on the informers' snapshots, and keeps src telling
+// why they may not be the API server's current content or enforce nothing
+// here:
+//
+//   - a list or watch that fails (k8s.Informers.Health: the API server is
+//     unreachable, or refuses us) makes the daemon not ready, naming the
+//     API server and the error, until every informer has caught up again
+//     (relisted, or resumed its watch without a gap). The table keeps the
+//     last state meanwhile. The informers log the failure with backoff;
+//   - an unknown node is logged and makes the daemon not ready.
+func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState, in *k8s.Informers) <-chan *k8s.Snapshot {
 	out := make(chan *k8s.Snapshot)
+	snapshots := in.Watch(ctx)
 	go func() {
 		nw := &nodeWatch{node: cfg.node, log: log}
+		var nodeErr error
 		for {
+			changed, healthErr := in.Health()
+			src.set(sourceProblems("API source", healthErr, nodeErr))
 			select {
-			case snap, ok := <-in:
+			case <-changed:
+			case snap, ok := <-snapshots:
 				if !ok {
 					return
 				}
-				src.set(sourceProblems("API source", nw.check(snap)))
+				nodeErr = nw.check(snap)
+				_, healthErr = in.Health()
+				src.set(sourceProblems("API source", healthErr, nodeErr))
 				select {
 				case out <- snap:
 				case <-ctx.Done():
@@ -791,13 +806,33 @@ func (c *config) source() string {
 
 // startInformers connects to the API server and returns once the informer
 // caches hold a complete list, so that the first sync never programs a
-// partial cluster (which would open or close traffic wrongly).
-func startInformers(ctx context.Context, cfg *config, log *zap.Logger) (*k8s.Informers, error) {
+// partial cluster (which would open or close traffic wrongly). Meanwhile,
+// when src is not nil, it keeps src telling why they have not (the API
+// server unreachable, or refusing us).
+func startInformers(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState) (*k8s.Informers, error) {
 	client, err := k8s.NewClient(cfg.kubeconfig, "nftpolicy/"+version)
 	if err != nil {
 		return nil, err
 	}
 	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log})
+	if src != nil {
+		synced := make(chan struct{})
+		followed := make(chan struct{})
+		go func() {
+			defer close(followed)
+			for {
+				changed, err := in.Health()
+				src.set(sourceProblems("API source", err))
+				select {
+				case <-changed:
+				case <-synced:
+					return
+				}
+			}
+		}()
+		// checkSnapshots takes over src once this returns.
+		defer func() { close(synced); <-followed }()
+	}
 	start := time.Now()
 	log.Info("waiting for the informer caches", zap.String("source", cfg.source()))
 	if err := in.Start(ctx); err != nil {
@@ -813,6 +848,11 @@ func startInformers(ctx context.Context, cfg *config, log *zap.Logger) (*k8s.Inf
 //
 //	manifests source: stat /etc/nftpolicy/manifests/x.yaml: too many levels of symbolic links; keeping the objects it held before
 //	synced generation 4
+//
+// or, while the API server is away,
+//
+//	API source: cannot list and watch namespaces, pods, nodes, networkpolicies at the API server https://10.0.0.1:6443 since 2026-01-02T15:04:05Z (9 failed requests); the caches keep the state last listed: Get "https://10.0.0.1:6443/api/v1/pods?...": dial tcp 10.0.0.1:6443: connect: connection refused
+//	synced generation 7
 //
 // The last line is "synced generation N" once a sync succeeded, N counting
 // successful syncs, one per change of the manifests, so a test can wait for

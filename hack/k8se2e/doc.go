@@ -13,6 +13,11 @@
 //     table changes and then probes the pods with real packets. It restarts
 //     the API server and shows that the daemon keeps enforcing and then
 //     catches up.
+//   - TestIntegrationAPIServerDown stops the API server under a running
+//     daemon: /readyz turns 503 naming the API server and the error, the
+//     table and the packets stay as they were, the failure is logged once
+//     rather than per retry; after a restart (same etcd) /readyz is 200
+//     again by itself and a policy created then is programmed.
 //
 // They need root, the hack/netns tools, and the binaries of
 // hack/tools/build.sh; without them they skip, or fail when $CI is set.
