@@ -236,7 +236,7 @@ func dispatchKeys(t *nft.Table, src, dst map[netip.Addr]bool) bool {
 							keys[el.Addr] = true
 						}
 					}
-				case nft.CtStateEstablishedRelated, nft.CtStatusDNAT, nft.AddrEq, nft.AddrInSet, nft.L4ProtoEq, nft.DportRange,
+				case nft.CtStateEstablishedRelated, nft.CtStatusDNAT, nft.ReversePath, nft.AddrEq, nft.AddrInSet, nft.L4ProtoEq, nft.DportRange,
 					nft.AddrProtoPortInSet, nft.ICMPv6TypeRange, nft.MarkBitsSet, nft.SetMark:
 					// matches, and a mark write: they never end a packet's way
 				default:

@@ -518,10 +518,14 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 	// packets to itself cross the forward hook only when hairpinned through
 	// a Service, so only a translated connection counts: another pod could
 	// otherwise forge the source address of an isolated pod and be let in
-	// as the pod itself (the adversarial pass did, over IPv6).
+	// as the pod itself (the adversarial pass did, over IPv6). A hairpinned
+	// packet also comes in on the pod's own link, which its source routes
+	// back through; one forged by another pod and sent to the pod's
+	// Service does not, where each pod has a link of its own (routed
+	// wiring; on a shared bridge every pod's link is the bridge).
 	for _, ip := range pd.ips {
 		ch.Rules = append(ch.Rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}},
+			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.ReversePath{}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}},
 			Comment: "a pod may always reach itself (through a Service)",
 		})
 	}

@@ -578,5 +578,10 @@ func TestCompileSelfTraffic(t *testing.T) {
 		if traceAllowed(t, table, nft.Packet{Src: a, Dst: a, Proto: nft.ProtoUDP, Dport: 80}) {
 			t.Errorf("%s: a packet forging x/a's own address as source is let in to x/a", f.Keyword())
 		}
+		// The same forged packet sent to x/a's Service is translated, but
+		// comes in on the sender's link, not x/a's.
+		if traceAllowed(t, table, nft.Packet{Src: a, Dst: a, Proto: nft.ProtoUDP, Dport: 80, DNAT: true, WrongIif: true}) {
+			t.Errorf("%s: a packet forging x/a's own address, sent through x/a's Service, is let in to x/a", f.Keyword())
+		}
 	}
 }

@@ -106,6 +106,11 @@ type CtStateEstablishedRelated struct{}
 // Service address replaced by an endpoint's): `ct status dnat`.
 type CtStatusDNAT struct{}
 
+// ReversePath matches a packet that came in on the interface its source
+// address routes back through, as a reverse-path filter checks:
+// `fib saddr . iif oif exists`. A forged source arriving elsewhere fails.
+type ReversePath struct{}
+
 // AddrEq matches one address: `ip saddr 10.0.0.1`.
 type AddrEq struct {
 	Field AddrField
@@ -177,6 +182,7 @@ const (
 
 func (CtStateEstablishedRelated) isExpr() {}
 func (CtStatusDNAT) isExpr()              {}
+func (ReversePath) isExpr()               {}
 func (AddrEq) isExpr()                    {}
 func (AddrInSet) isExpr()                 {}
 func (AddrVmap) isExpr()                  {}

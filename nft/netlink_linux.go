@@ -696,6 +696,14 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 					Xor:  binaryutil.NativeEndian.PutUint32(0)},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(0)},
 			)
+		case ReversePath:
+			// With F_PRESENT the lookup leaves 1 in the register when a
+			// route exists; nft compares the whole 32-bit register (a
+			// shorter compare lists as `exists/8`).
+			out = append(out,
+				&expr.Fib{Register: reg1, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(1)},
+			)
 		case AddrEq:
 			f := FamilyOf(e.Addr)
 			out = append(out, matchNfproto(f)...)

@@ -43,7 +43,7 @@ func sampleTable() *Table {
 			{Name: "pod-x/a", Rules: []Rule{
 				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{AddrEq{Field: Daddr, Addr: a("fd00::1")}, Verdict{Kind: Return}}},
-				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, CtStatusDNAT{}, Verdict{Kind: Return}}},
+				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, ReversePath{}, CtStatusDNAT{}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{Verdict{Kind: Jump, Chain: "np-x/allow"}}},
 				{Exprs: []Expr{MarkBitsSet{Bits: 0x40}, SetMark{Clear: 0x40}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{Verdict{Kind: Drop}}, Comment: "x/a: no policy allows"},

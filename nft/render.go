@@ -142,6 +142,8 @@ func renderExpr(e Expr) string {
 		return "ct state established,related"
 	case CtStatusDNAT:
 		return "ct status dnat"
+	case ReversePath:
+		return "fib saddr . iif oif exists"
 	case AddrEq:
 		return fmt.Sprintf("%s %s %s", FamilyOf(e.Addr).Keyword(), e.Field, e.Addr)
 	case AddrInSet:

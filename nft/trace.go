@@ -18,6 +18,10 @@ type Packet struct {
 	// DNAT marks a connection whose destination was translated on its way
 	// in (a Service address to an endpoint): ct status dnat.
 	DNAT bool
+	// WrongIif marks a packet that came in on an interface its source
+	// address does not route back through: a forged source, which a
+	// reverse-path check (ReversePath) rejects.
+	WrongIif bool
 }
 
 // A TraceResult is the outcome of a packet through a table's base chain.
@@ -92,6 +96,10 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			}
 		case CtStatusDNAT:
 			if !p.DNAT {
+				return "", nil
+			}
+		case ReversePath:
+			if p.WrongIif {
 				return "", nil
 			}
 		case AddrEq:

@@ -305,3 +305,15 @@ func (c *Cluster) probeMatrix(pods []*Pod, family, proto string, port int, want 
 	m.Elapsed = time.Since(start)
 	return m
 }
+
+// SendForgedUDP sends one UDP datagram from pod from with the source address
+// and port src (any address: a forgery, as a pod with CAP_NET_RAW can) to
+// dst. Whether it arrived is for the test to watch, e.g. with an nft counter
+// in the destination's namespace.
+func (c *Cluster) SendForgedUDP(from *Pod, src, dst netip.AddrPort) error {
+	var perr error
+	if err := inNetns(netnsPath(from.netns), func() { perr = probe.SendForgedUDP(src, dst, []byte("forged")) }); err != nil {
+		return err
+	}
+	return perr
+}

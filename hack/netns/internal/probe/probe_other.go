@@ -59,3 +59,8 @@ func UDP(dst netip.AddrPort, timeout time.Duration) error {
 	}
 	return fmt.Errorf("no echo from %s within %v", dst, timeout)
 }
+
+// SendForgedUDP needs a raw IP socket that writes its own header: Linux only.
+func SendForgedUDP(src, dst netip.AddrPort, payload []byte) error {
+	return errors.New("probe: forged packets need Linux")
+}
