@@ -195,6 +195,16 @@ type daemon struct {
 	health string
 	mu     sync.Mutex
 	log    bytes.Buffer
+
+	waitOnce sync.Once
+	waitErr  error
+}
+
+// wait waits for the process to exit, once, however many goroutines ask:
+// two concurrent exec.Cmd.Wait calls on one process can block forever.
+func (d *daemon) wait() error {
+	d.waitOnce.Do(func() { d.waitErr = d.cmd.Wait() })
+	return d.waitErr
 }
 
 func startDaemon(t *testing.T, args ...string) *daemon {
@@ -210,15 +220,14 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 			d.log.WriteString(sc.Text() + "\n")
 			d.mu.Unlock()
 		}
+		io.Copy(io.Discard, pr) // a line too long for the scanner must not stall the process
 	}()
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if d.cmd.ProcessState == nil {
-			d.cmd.Process.Kill()
-			d.cmd.Wait()
-		}
+		d.cmd.Process.Kill() // harmless when it has exited
+		d.wait()
 		pw.Close()
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.logText())
@@ -295,7 +304,7 @@ func TestIntegrationRunFollowsChanges(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Wait(); err != nil {
+	if err := d.wait(); err != nil {
 		t.Fatalf("daemon exit after SIGTERM: %v", err)
 	}
 	if after := testns.ListTable(t, ns, "nftpolicy"); after != before {

@@ -32,13 +32,17 @@ func TestIntegrationSecondDaemonOnOneNetns(t *testing.T) {
 
 	second := startDaemon(t, args...)
 	done := make(chan error, 1)
-	go func() { done <- second.cmd.Wait() }()
+	go func() { done <- second.wait() }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(second.logText(), "owner=") {
 			t.Errorf("second daemon: exit %v, want a failure naming the owner:\n%s", err, second.logText())
 		}
 	case <-time.After(15 * time.Second):
+		// Wait is running: end the process here and let that Wait return,
+		// or the cleanup's Wait would block on the same process forever.
+		second.cmd.Process.Kill()
+		<-done
 		t.Fatalf("second daemon still running after 15s:\n%s", second.logText())
 	}
 	if code, _ := first.readyz(); code != 200 {
@@ -139,7 +143,7 @@ func TestIntegrationOwnerRecordOfDeadOrLiveOwner(t *testing.T) {
 	}
 
 	second.cmd.Process.Kill() // the new owner dies
-	second.cmd.Wait()
+	second.wait()
 	waitListing(t, ns, "the first daemon's record back", func(l string) bool { return strings.Contains(l, firstOwner) })
 	first.waitReadyz(t, 200)
 	if !strings.Contains(first.logText(), "taking the table back") {
@@ -163,7 +167,7 @@ func TestIntegrationOwnerSimultaneousStart(t *testing.T) {
 	exited := make(chan *daemon, 2)
 	for _, d := range []*daemon{a, b} {
 		go func() {
-			d.cmd.Wait()
+			d.wait()
 			exited <- d
 		}()
 	}
@@ -221,7 +225,7 @@ func TestIntegrationCleanupUnderRunningDaemon(t *testing.T) {
 	}
 
 	d.cmd.Process.Signal(syscall.SIGTERM)
-	d.cmd.Wait()
+	d.wait()
 	if code, _, stderr := nftpolicy(t, "cleanup", "--netns", ns); code != 0 {
 		t.Errorf("cleanup after the daemon stopped: exit %d, %s", code, stderr)
 	}
