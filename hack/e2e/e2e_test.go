@@ -305,29 +305,10 @@ func TestDataPlaneBridgedOneNode(t *testing.T) {
 // neighbour advertisement, and x/a → y/a, which no policy restricts, failed
 // over IPv6. filter-forward now accepts neighbour discovery before policy.
 func TestDataPlaneBridgedIPv6NeighborDiscovery(t *testing.T) {
-	netns.RequireRoot(t)
 	t.Parallel()
-	c := netns.NewTestCluster(t, netns.Options{Name: "e2e-nd", Wiring: netns.Bridged, Timeout: probeTimeout})
-	n, err := c.AddNode("node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	xa, err := c.AddPod(n, "x", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ya, err := c.AddPod(n, "y", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := netns.WriteFileAtomic(filepath.Join(dir, clusterFile), []byte(c.Manifests())); err != nil {
-		t.Fatal(err)
-	}
-	d := netns.StartTestDaemons(t, c, dir, netns.DaemonOptions{})
-	if err := d.WriteFile(policiesFile, denyIngressX); err != nil {
-		t.Fatal(err)
-	}
+	s := newSmall(t, netns.Options{Name: "e2e-nd", Wiring: netns.Bridged}, nil, "x/a", "y/a")
+	s.apply(t, denyIngressX)
+	c, xa, ya := s.c, s.pods["x/a"], s.pods["y/a"]
 	for _, fam := range []string{netns.IPv4, netns.IPv6} {
 		if !c.Probe(xa, ya.Addr(fam), netns.TCP, 80, time.Second) {
 			t.Errorf("%s x/a -> y/a tcp/80 blocked; no policy restricts it (x/a is isolated for ingress only)", fam)

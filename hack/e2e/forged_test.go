@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -19,29 +18,10 @@ import (
 // holds only for translated connections that came in on the pod's own
 // link (routed wiring: one link per pod).
 func TestDataPlaneForgedSourceStaysOut(t *testing.T) {
-	netns.RequireRoot(t)
 	t.Parallel()
-	c := netns.NewTestCluster(t, netns.Options{Name: "e2e-fg", Timeout: probeTimeout})
-	n, err := c.AddNode("node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	xa, err := c.AddPod(n, "x", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ya, err := c.AddPod(n, "y", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := netns.WriteFileAtomic(filepath.Join(dir, clusterFile), []byte(c.Manifests())); err != nil {
-		t.Fatal(err)
-	}
-	d := netns.StartTestDaemons(t, c, dir, netns.DaemonOptions{})
-	if err := d.WriteFile(policiesFile, denyIngressX); err != nil {
-		t.Fatal(err)
-	}
+	s := newSmall(t, netns.Options{Name: "e2e-fg"}, nil, "x/a", "y/a")
+	s.apply(t, denyIngressX)
+	c, n, xa, ya := s.c, s.node, s.pods["x/a"], s.pods["y/a"]
 	const port = 5555
 	services := map[string]netip.Addr{netns.IPv4: netip.MustParseAddr("10.96.0.10"), netns.IPv6: netip.MustParseAddr("fd00:96::10")}
 	rules := fmt.Sprintf(`table inet svc {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,29 +17,10 @@ import (
 // pod's own address as its source gets no exemption (see
 // enforcer.TestCompileSelfTraffic).
 func TestDataPlaneHairpinThroughService(t *testing.T) {
-	netns.RequireRoot(t)
 	t.Parallel()
-	c := netns.NewTestCluster(t, netns.Options{Name: "e2e-hp", Timeout: probeTimeout, IPv4: true})
-	n, err := c.AddNode("node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	xa, err := c.AddPod(n, "x", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ya, err := c.AddPod(n, "y", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := netns.WriteFileAtomic(filepath.Join(dir, clusterFile), []byte(c.Manifests())); err != nil {
-		t.Fatal(err)
-	}
-	d := netns.StartTestDaemons(t, c, dir, netns.DaemonOptions{})
-	if err := d.WriteFile(policiesFile, denyIngressX); err != nil {
-		t.Fatal(err)
-	}
+	s := newSmall(t, netns.Options{Name: "e2e-hp", IPv4: true}, nil, "x/a", "y/a")
+	s.apply(t, denyIngressX)
+	c, n, xa, ya := s.c, s.node, s.pods["x/a"], s.pods["y/a"]
 	// The Service 10.96.0.10:80 has one endpoint, x/a:80.
 	service := fmt.Sprintf(`table ip svc {
 	chain pre {

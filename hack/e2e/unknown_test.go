@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,30 +13,14 @@ import (
 // and an address outside the pod CIDRs given is never affected (here the
 // IPv6 CIDR is not given, so IPv6 is left alone).
 func TestDataPlaneDenyUnknown(t *testing.T) {
-	netns.RequireRoot(t)
 	t.Parallel()
-	c := netns.NewTestCluster(t, netns.Options{Name: "e2e-unk", Timeout: probeTimeout})
-	n, err := c.AddNode("node1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ya, err := c.AddPod(n, "y", "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := netns.WriteFileAtomic(filepath.Join(dir, clusterFile), []byte(c.Manifests())); err != nil {
-		t.Fatal(err)
-	}
-	d := netns.StartTestDaemons(t, c, dir, netns.DaemonOptions{Args: []string{
-		"--default-deny-unknown", "--pod-cidr", n.PodCIDRv4().String(),
-	}})
+	s := newSmall(t, netns.Options{Name: "e2e-unk"}, func(n *netns.Node) []string {
+		return []string{"--default-deny-unknown", "--pod-cidr", n.PodCIDRv4().String()}
+	}, "y/a")
+	c, ya := s.c, s.pods["y/a"]
 	// x/b starts after the daemon read the manifests: its address is in
 	// node1's pod CIDR, and no manifest names it.
-	xb, err := c.AddPod(n, "x", "b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	xb := s.addPod(t, "x/b")
 	if c.Probe(ya, xb.IPv4(), netns.TCP, 80, probeTimeout) {
 		t.Error("ipv4 y/a -> x/b (unknown) got through")
 	}
@@ -52,7 +35,7 @@ func TestDataPlaneDenyUnknown(t *testing.T) {
 	}
 
 	start := time.Now()
-	if err := d.WriteFile(clusterFile, c.Manifests()); err != nil {
+	if err := s.d.WriteFile(clusterFile, c.Manifests()); err != nil {
 		t.Fatal(err)
 	}
 	known := time.Since(start)
