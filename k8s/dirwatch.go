@@ -51,9 +51,9 @@ const MaxErrorInterval = time.Minute
 //
 // State is kept per file, so that one bad file does not stop the others'
 // updates: a removed file drops its objects; a file that cannot be read (a
-// dangling link, a link loop, no permission) or that no longer parses
-// keeps the objects of its last good version, and Err says so, naming the
-// file. A directory that cannot be listed keeps everything. Within a file
+// dangling link, a link loop, no permission, a manifest name that is a
+// directory, a FIFO or a link to one) or that no longer parses keeps the
+// objects of its last good version, and Err says so, naming the file. A directory that cannot be listed keeps everything. Within a file
 // that parses, an object whose edit is rejected keeps its last good
 // version, and so on, as the package documentation says (mergeOver); the
 // ObjectError says so (KeptLastGood). While Err is

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 func TestWatchDirReportsContentChanges(t *testing.T) {
@@ -279,14 +281,23 @@ func wPolicy(apiVersion, kind, name, port string) string {
 		"spec:\n  podSelector: {matchLabels: {pod: b}}\n  ingress: [{ports: [{port: " + port + "}]}]\n"
 }
 
-// shape renders what the rejected-edit tests look at: pod labels and the
-// port a policy allows.
+// shape renders what the rejected-edit tests look at: pod labels (and IPs,
+// when they are not wPod's) and the port a policy allows, or, for a
+// stand-in with no rules, what it isolates.
 func shape(s *Snapshot) string {
 	var out []string
 	for _, o := range s.Pods {
-		out = append(out, fmt.Sprintf("Pod %s/%s %v", o.Namespace, o.Name, o.Labels))
+		ips := ""
+		if o.Status.PodIP != "10.244.1.2" {
+			ips = " " + o.Status.PodIP
+		}
+		out = append(out, fmt.Sprintf("Pod %s/%s %v%s", o.Namespace, o.Name, o.Labels, ips))
 	}
 	for _, o := range s.Policies {
+		if len(o.Spec.Ingress) == 0 && len(o.Spec.Egress) == 0 {
+			out = append(out, fmt.Sprintf("NetworkPolicy %s/%s isolates %v %v", o.Namespace, o.Name, o.Spec.PodSelector.MatchLabels, o.Spec.PolicyTypes))
+			continue
+		}
 		out = append(out, fmt.Sprintf("NetworkPolicy %s/%s port %s", o.Namespace, o.Name, o.Spec.Ingress[0].Ports[0].Port))
 	}
 	return strings.Join(out, ", ")
@@ -335,8 +346,9 @@ func TestWatchDirKeepsLastGoodObject(t *testing.T) {
 			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", []string{"policies.yaml doc 1: NetworkPolicy x/P2: metadata.name", "stay in effect: NetworkPolicy x/p2"}},
 		{"fixed with a change", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "91"),
 			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 91", nil},
-		{"a new invalid object is left out", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "91") + "---\n" + wPolicy(v1, "NetworkPolicy", "p3", "70000"),
-			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 91", []string{"policies.yaml doc 2: NetworkPolicy x/p3: spec.ingress[0].ports[0].port: 70000"}},
+		{"a new invalid policy isolates and allows nothing", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "p2", "91") + "---\n" + wPolicy(v1, "NetworkPolicy", "p3", "70000"),
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 91, NetworkPolicy x/p3 isolates map[pod:b] [Ingress]",
+			[]string{"policies.yaml doc 2: NetworkPolicy x/p3: spec.ingress[0].ports[0].port: 70000", "a policy stands in for it that isolates the pods its podSelector selects for [Ingress] and allows nothing"}},
 		{"a deletion next to a kind nftpolicy does not read applies", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\napiVersion: v1\nkind: Service\nmetadata: {namespace: x, name: s}\n",
 			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80", nil},
 	} {
@@ -362,15 +374,18 @@ func TestWatchDirKeepsLastGoodObject(t *testing.T) {
 				t.Errorf("%s: errors %q, want one containing %q", tc.name, all, w)
 			}
 		}
-		if wantKept := tc.want != "" && len(tc.wantErrs) > 1; kept != wantKept {
+		wantKept := slices.ContainsFunc(tc.wantErrs, func(w string) bool {
+			return strings.Contains(w, "stays in effect") || strings.Contains(w, "stay in effect")
+		})
+		if kept != wantKept {
 			t.Errorf("%s: KeptLastGood %v, want %v", tc.name, kept, wantKept)
 		}
 	}
 }
 
 // A copied file is one object per duplicate, with a warning; definitions
-// that come to differ keep the object's last good version, and a new
-// object whose definitions differ is left out.
+// that come to differ keep the object's last good version, and a new pod
+// whose definitions differ keeps only the labels they agree on.
 func TestWatchDirDuplicates(t *testing.T) {
 	d := newWatchDir(t)
 	pods := wPod("a", "{pod: a}") + "---\n" + wPod("b", "{pod: b}")
@@ -387,8 +402,8 @@ func TestWatchDirDuplicates(t *testing.T) {
 			[]string{"pods-backup.yaml doc 1: Pod x/b: identical duplicate object, also defined at pods.yaml doc 1; used once"}, true},
 		{"the copies differ", wPod("a", "{pod: a}") + "---\n" + wPod("b", "{pod: other}"), "Pod x/a map[pod:a], Pod x/b map[pod:b]",
 			[]string{"pods.yaml doc 1: Pod x/b: duplicate object, also defined at pods-backup.yaml doc 1; its last good version stays in effect"}, false},
-		{"a new pod defined twice, differently", wPod("a", "{pod: a}") + "---\n" + wPod("b", "{pod: b}") + "---\n" + wPod("c", "{pod: c}") + "---\n" + wPod("c", "{pod: c2}"),
-			"Pod x/a map[pod:a], Pod x/b map[pod:b]", []string{"pods-backup.yaml doc 2: Pod x/c: duplicate object, also defined at pods-backup.yaml doc 3; every definition is left out"}, false},
+		{"a new pod defined twice, differently", wPod("a", "{pod: a}") + "---\n" + wPod("b", "{pod: b}") + "---\n" + wPod("c", "{pod: c, v: '1'}") + "---\n" + wPod("c", "{pod: c, v: '2'}"),
+			"Pod x/a map[pod:a], Pod x/b map[pod:b], Pod x/c map[pod:c]", []string{"pods-backup.yaml doc 2: Pod x/c: duplicate object, also defined at pods-backup.yaml doc 3; no earlier version is known, so the pod stays at its addresses with only the labels every definition agrees on"}, false},
 	} {
 		d.write("pods-backup.yaml", tc.content)
 		u := d.settle()
@@ -408,5 +423,125 @@ func TestWatchDirDuplicates(t *testing.T) {
 		if warningOnly != tc.warningOnly {
 			t.Errorf("%s: only warnings %v, want %v", tc.name, warningOnly, tc.warningOnly)
 		}
+	}
+}
+
+// A restart (a crash, a rollout) while the files hold a rejected edit or a
+// differing duplicate has no last good version to keep: the policy stands
+// in as one that isolates and allows nothing, and the pod keeps the labels
+// its definitions agree on, rather than the pod x/b being opened. Both are
+// still errors.
+func TestWatchDirRestartFailsClosed(t *testing.T) {
+	const v1 = "networking.k8s.io/v1"
+	d := newWatchDir(t)
+	d.write("pods.yaml", wPod("b", "{pod: b}"))
+	d.write("policies.yaml", wPolicy(v1, "NetworkPolicy", "b-in", "80"))
+	if u := d.settle(); shape(u.Snapshot) != "Pod x/b map[pod:b], NetworkPolicy x/b-in port 80" {
+		t.Fatalf("start: %s", shape(u.Snapshot))
+	}
+	d.write("policies.yaml", wPolicy(v1, "NetworkPolicy", "b-in", "70000"))
+	d.write("pods-backup.yaml", wPod("b", "{pod: b, v: '2'}"))
+	if u := d.settle(); shape(u.Snapshot) != "Pod x/b map[pod:b], NetworkPolicy x/b-in port 80" {
+		t.Fatalf("running, after the broken edits: %s, want the last good versions", shape(u.Snapshot))
+	}
+
+	d.w = newDirWatcher(d.dir, time.Second) // kill -9, start again
+	u := d.settle()
+	if got, want := shape(u.Snapshot), "Pod x/b map[pod:b], NetworkPolicy x/b-in isolates map[pod:b] [Ingress]"; got != want {
+		t.Errorf("after a restart: %s, want %s", got, want)
+	}
+	all := strings.Join(errorStrings(u.Errors), "\n")
+	for _, w := range []string{
+		"policies.yaml doc 0: NetworkPolicy x/b-in: spec.ingress[0].ports[0].port: 70000 must be between 1 and 65535, inclusive; no earlier version is known, so a policy stands in",
+		"pods.yaml doc 0: Pod x/b: duplicate object, also defined at pods-backup.yaml doc 0; no earlier version is known, so the pod stays at its addresses with only the labels every definition agrees on",
+	} {
+		if !strings.Contains(all, w) {
+			t.Errorf("errors after a restart:\n%s\nwant one containing %q", all, w)
+		}
+	}
+	for _, e := range u.Errors {
+		if e.Warning() {
+			t.Errorf("%v is a warning: readiness would not tell", e)
+		}
+	}
+}
+
+// An entry whose name makes it a manifest but that is not a regular file
+// (a link retargeted to a directory or a FIFO, a directory or a FIFO of
+// that name) is an error naming its path, and the file's last good objects
+// stay; it is never read as a removed file. The ConfigMap layout, a
+// ..data link to a timestamped directory, still swaps cleanly.
+func TestWatchDirNotRegularFile(t *testing.T) {
+	d := newWatchDir(t)
+	at := func(name string) string { return filepath.Join(d.dir, name) }
+	swap := func(link, target string) {
+		t.Helper()
+		if err := os.Symlink(target, at(".tmp-link")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(at(".tmp-link"), at(link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustDo := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ConfigMap layout: bdeny.yaml -> ..data/bdeny.yaml, ..data -> ..ts1.
+	mustDo(os.Mkdir(at("..ts1"), 0o755))
+	mustDo(os.WriteFile(at("..ts1/bdeny.yaml"), []byte(wPolicy("networking.k8s.io/v1", "NetworkPolicy", "b-deny", "80")), 0o644))
+	swap("..data", "..ts1")
+	swap("bdeny.yaml", "..data/bdeny.yaml")
+	d.write("pods.yaml", wPod("b", "{pod: b}"))
+	const start = "Pod x/b map[pod:b], NetworkPolicy x/b-deny port 80"
+	if u := d.settle(); u.Err != nil || shape(u.Snapshot) != start {
+		t.Fatalf("start: %s, %v", shape(u.Snapshot), u.Err)
+	}
+	mustDo(os.Mkdir(at("..ts2"), 0o755))
+	mustDo(os.WriteFile(at("..ts2/bdeny.yaml"), []byte(wPolicy("networking.k8s.io/v1", "NetworkPolicy", "b-deny", "81")), 0o644))
+	swap("..data", "..ts2")
+	mustDo(os.RemoveAll(at("..ts1")))
+	if u := d.settle(); u.Err != nil || shape(u.Snapshot) != strings.Replace(start, "80", "81", 1) {
+		t.Fatalf("ConfigMap update: %s, %v", shape(u.Snapshot), u.Err)
+	}
+	const kept = "Pod x/b map[pod:b], NetworkPolicy x/b-deny port 81"
+	mustDo(os.Mkdir(at("d"), 0o755))
+	mustDo(unix.Mkfifo(at(".fifo"), 0o644))
+	for _, tc := range []struct {
+		name   string
+		change func()
+		want   string
+	}{
+		{"a link to a directory", func() { swap("bdeny.yaml", "d") }, "not a regular file (a directory)"},
+		{"a link to a FIFO", func() { swap("bdeny.yaml", ".fifo") }, "not a regular file (a FIFO)"},
+		{"a directory", func() { mustDo(os.Remove(at("bdeny.yaml"))); mustDo(os.Mkdir(at("bdeny.yaml"), 0o755)) }, "not a regular file (a directory)"},
+		{"a FIFO", func() { mustDo(os.Remove(at("bdeny.yaml"))); mustDo(unix.Mkfifo(at("bdeny.yaml"), 0o644)) }, "not a regular file (a FIFO)"},
+	} {
+		tc.change()
+		u := d.settle()
+		if got := shape(u.Snapshot); got != kept {
+			t.Errorf("%s: objects %s, want %s", tc.name, got, kept)
+		}
+		if want := at("bdeny.yaml") + ": " + tc.want + "; keeping the objects it held before"; u.Err == nil || !strings.Contains(u.Err.Error(), want) {
+			t.Errorf("%s: Err %v, want it to contain %q", tc.name, u.Err, want)
+		}
+	}
+
+	// On a fresh start there is nothing to keep, but it is still an error.
+	d.w = newDirWatcher(d.dir, time.Second)
+	u := d.settle()
+	if got := shape(u.Snapshot); got != "Pod x/b map[pod:b]" {
+		t.Errorf("fresh start: objects %s", got)
+	}
+	if want := at("bdeny.yaml") + ": not a regular file (a FIFO)"; u.Err == nil || !strings.Contains(u.Err.Error(), want) {
+		t.Errorf("fresh start: Err %v, want it to contain %q", u.Err, want)
+	}
+
+	mustDo(os.Remove(at("bdeny.yaml")))
+	swap("bdeny.yaml", "..data/bdeny.yaml")
+	if u := d.settle(); u.Err != nil || shape(u.Snapshot) != kept {
+		t.Errorf("link restored: %s, %v", shape(u.Snapshot), u.Err)
 	}
 }

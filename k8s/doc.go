@@ -11,8 +11,12 @@
 // Kubernetes manifests, for bare-metal nodes, demos and tests:
 //
 //   - every *.yaml, *.yml and *.json file directly in the directory, in name
-//     order; subdirectories and names starting with a dot are skipped, and
-//     symlinks are followed, so a mounted ConfigMap works;
+//     order; names starting with a dot are skipped, and symlinks are
+//     followed, so a mounted ConfigMap (its ..data link and timestamped
+//     directories are dot names) works. An entry with such a name that is
+//     not a regular file or a link to one (a directory, a FIFO, a dangling
+//     link) cannot be read, never skipped: skipping would drop its
+//     objects without a word;
 //   - YAML files may hold several documents separated by "---"; a JSON file
 //     may hold a stream of values; empty documents are skipped and not
 //     counted;
@@ -32,10 +36,38 @@
 //
 // Each object that cannot be used is reported as an ObjectError naming file,
 // document (and List item), kind, namespace/name and the reason, and is
-// skipped; all other objects are still returned. The namespace and name in
-// the error are as the file writes them, even when YAML 1.1 reads them as
-// something else (an unquoted namespace y is a boolean). LoadDir fails as a
-// whole only when the directory or a manifest file cannot be read.
+// skipped or replaced by what fails closed (below); all other objects are
+// still returned. The namespace and name in the error are as the file
+// writes them, even when YAML 1.1 reads them as something else (an
+// unquoted namespace y is a boolean). LoadDir fails as a whole only when
+// the directory or a manifest file cannot be read.
+//
+// A rejected object with no last good version to keep (LoadDir, a
+// watcher's first load, an object new to it) is what a restart with a
+// broken edit on disk looks like, so it fails closed rather than vanish:
+//
+//   - a NetworkPolicy whose namespace and name are valid becomes a
+//     stand-in with no rules, which allows nothing, isolating what its
+//     podSelector selects if that reads as a valid selector, else every pod
+//     of its namespace, for the policyTypes it states if they are valid (as
+//     defaulted when none are stated), else both directions. Left out, it
+//     would open the pods it isolated;
+//   - a Pod stays, at its addresses and node, with only its labels that
+//     are valid strings and no containers (a named port matches nothing on
+//     it): it stays isolated by the policies that select every pod of its
+//     namespace or select it by those labels, and is a peer only by them.
+//     Left out, it would be no target at all and its address no pod's,
+//     which opens it. If its node, hostNetwork, phase or addresses cannot
+//     be read or are invalid it is left out, as it is when the compiler
+//     would ignore it anyway (no address, hostNetwork, finished): a guess
+//     there could make a node's address a pod's. One gap remains: a
+//     selector on the absence of a label (NotIn, DoesNotExist) can match
+//     it where the unreadable label would not have;
+//   - a Namespace or Node is left out, which fails closed: the namespace
+//     carries only its name label, the node's addresses are not allowed.
+//
+// Each is still an error (not a Warning), so what is enforced is not taken
+// for what the files say.
 //
 // When the same kind, namespace and name is defined more than once, in one
 // file or across files, and every definition is valid and equal to the
@@ -47,10 +79,15 @@
 // and none is used: a file that sorts first could shadow a policy
 // unnoticed. What is kept fails closed: a duplicated NetworkPolicy becomes
 // one with no rules that isolates the pods its definitions select (all pods
-// of the namespace when they select differently), so its pods stay isolated
-// but nothing it allowed is allowed; a duplicated Pod, Namespace or Node
-// keeps its last good version under WatchDir (below), and is left out
-// otherwise (LoadDir, or an object new to the watcher).
+// of the namespace when they select differently; a rejected definition
+// counts with its stand-in), so its pods stay isolated but nothing it
+// allowed is allowed; a duplicated Pod, Namespace or Node keeps its last
+// good version under WatchDir (below). Without one (LoadDir, or an object
+// new to the watcher) a Pod keeps the addresses, node and phase its
+// definitions agree on, with the labels they all have alike (the
+// containers only if they agree), as above, and is left out if they
+// disagree on anything but labels and containers; a Namespace or Node is
+// left out.
 //
 // # Watching a directory
 //
@@ -64,9 +101,9 @@
 // file. A mounted ConfigMap is updated this way.
 //
 // State is kept per file: a removed file drops its objects, and a file that
-// can no longer be read (a dangling link, a link loop, no permission) or
-// parsed keeps the objects of its last good version while the other files
-// keep updating. DirUpdate.Err then says which file and why, and the update
+// can no longer be read (a dangling link, a link loop, no permission, a
+// directory or FIFO in its place) or parsed keeps the objects of its last
+// good version while the other files keep updating. DirUpdate.Err then says which file and why, and the update
 // is repeated with backoff while the problem lasts. A directory that cannot
 // be listed keeps every object (DirUpdate.Unlisted). An empty directory is
 // an empty snapshot: whether to program it is the caller's decision.
@@ -76,7 +113,7 @@
 // a wrong apiVersion such as networking.k8s.io/v1beta1) keeps the version
 // in effect, and its ObjectError says so (KeptLastGood); dropping it would
 // open the pods it isolates, or the pod itself. An invalid object that was
-// not in effect is left out, as a create would be rejected. A rejected
+// not in effect gets its stand-in, as on a fresh load (above). A rejected
 // document that cannot be pinned to an object in effect (no readable kind
 // or name, a kind typo, a rename to an invalid name) might stand for any
 // object its file held, so the file also keeps every object it held that

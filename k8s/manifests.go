@@ -28,10 +28,12 @@ import (
 // documentation for which files and objects it reads and what it defaults
 // and validates.
 //
-// Every object that cannot be used becomes an ObjectError and is left out;
-// all the others are still returned. The error is non-nil only when the
-// directory or one of its manifest files cannot be read: the caller then
-// has no complete view and should keep what it had.
+// Every object that cannot be used becomes an ObjectError and is left out,
+// or replaced by what fails closed (see the package documentation); all
+// the others are still returned. The error is non-nil only when the
+// directory or one of its manifest files cannot be read (an entry with a
+// manifest name that is not a regular file included): the caller then has
+// no complete view and should keep what it had.
 func LoadDir(dir string) (*Snapshot, []*ObjectError, error) {
 	snap, objErrs, err := LoadFS(os.DirFS(dir))
 	if err != nil {
@@ -65,16 +67,24 @@ func LoadFS(fsys fs.FS) (*Snapshot, []*ObjectError, error) {
 }
 
 // A manifestEntry is a file of the directory that is read, or a name that
-// would be read but whose link cannot be followed (err: dangling, a loop).
+// would be read but is not a regular file or cannot be followed to one
+// (err: a dangling link, a loop, a directory, a FIFO).
 type manifestEntry struct {
 	name string
 	err  error
 }
 
-// manifestFiles lists the entries of the root of fsys that are read, in name
-// order: regular files, or symlinks to them, with a manifest name. Only a
-// directory that cannot be listed is an error; an entry that cannot be
-// followed carries its own, so that a caller may keep the rest.
+// errNotRegular is the error of an entry with a manifest name that is not a
+// regular file, nor a link to one.
+var errNotRegular = errors.New("not a regular file")
+
+// manifestFiles lists the entries of the root of fsys with a manifest name,
+// in name order. Only a directory that cannot be listed is an error; an
+// entry that is not a regular file, or a symlink to one, carries its own,
+// so that a caller may keep the rest. A name that says manifest is one:
+// if it is a directory, a FIFO or a device now (a link retargeted, a
+// directory made by mistake), skipping it would drop the objects it held
+// without a word, which opens their pods.
 func manifestFiles(fsys fs.FS) ([]manifestEntry, error) {
 	entries, err := fs.ReadDir(fsys, ".") // sorted by name
 	if err != nil {
@@ -89,7 +99,7 @@ func manifestFiles(fsys fs.FS) ([]manifestEntry, error) {
 		mode := e.Type()
 		if mode&fs.ModeSymlink != 0 {
 			// A ConfigMap volume is a directory of symlinks into ..data;
-			// follow them, and skip links to directories.
+			// follow them. (..data itself is a dot name, never read.)
 			fi, err := fs.Stat(fsys, name)
 			if err != nil {
 				files = append(files, manifestEntry{name: name, err: err})
@@ -97,11 +107,30 @@ func manifestFiles(fsys fs.FS) ([]manifestEntry, error) {
 			}
 			mode = fi.Mode()
 		}
-		if mode.IsRegular() {
-			files = append(files, manifestEntry{name: name})
+		if !mode.IsRegular() {
+			// Never opened: opening a FIFO blocks until a writer comes.
+			err := &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w (%s)", errNotRegular, fileType(mode))}
+			files = append(files, manifestEntry{name: name, err: err})
+			continue
 		}
+		files = append(files, manifestEntry{name: name})
 	}
 	return files, nil
+}
+
+// fileType names the type of a file that is not a regular one.
+func fileType(mode fs.FileMode) string {
+	switch {
+	case mode.IsDir():
+		return "a directory"
+	case mode&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case mode&fs.ModeSocket != 0:
+		return "a socket"
+	case mode&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "type " + mode.Type().String()
 }
 
 // isManifestName reports whether a directory entry is read: a .yaml, .yml or
@@ -153,12 +182,14 @@ type objectKey struct{ kind, namespace, name string }
 
 // A definition is one document (or List item) that names an object. obj is
 // the admitted object, or nil when the document was rejected: err is then
-// its error, also in the fileLoad's errs.
+// its error, also in the fileLoad's errs, and standin what fails closed in
+// its place when no last good version is kept (see standIn), or nil.
 type definition struct {
-	key objectKey
-	loc docLoc
-	obj runtime.Object
-	err *ObjectError
+	key     objectKey
+	loc     docLoc
+	obj     runtime.Object
+	err     *ObjectError
+	standin runtime.Object
 }
 
 // A fileLoad is what one manifest file holds, read on its own: duplicates
@@ -217,11 +248,12 @@ func (l *loader) fail(loc docLoc, h header, err error) *ObjectError {
 }
 
 // failSyntax is fail for a document that could not be parsed at all.
-func (l *loader) failSyntax(loc docLoc, h header, err error) {
+func (l *loader) failSyntax(loc docLoc, h header, err error) *ObjectError {
 	e := l.fail(loc, h, err)
 	if l.syntax == nil {
 		l.syntax = e
 	}
+	return e
 }
 
 var utf8BOM = []byte("\xef\xbb\xbf")
@@ -250,14 +282,20 @@ func (l *loader) loadYAMLFile(name string, data []byte) {
 			// lenient one works, that was the problem, and the header can
 			// still name the object.
 			var h header
-			if lenient, lerr := yaml.YAMLToJSON(d.data); lerr == nil {
+			lenient, lerr := yaml.YAMLToJSON(d.data)
+			if lerr == nil {
 				if isNull(lenient) {
 					continue
 				}
 				h, _ = readHeader(lenient)
 				h = literalHeader(h, d.data, -1)
 			}
-			l.failSyntax(loc, h, fmt.Errorf("invalid YAML: %w", yamlErrorInFile(d, err)))
+			e := l.failSyntax(loc, h, fmt.Errorf("invalid YAML: %w", yamlErrorInFile(d, err)))
+			if lerr == nil {
+				// A duplicate key: the object is named, and what it
+				// leaves out must fail closed like any rejected one.
+				l.defineRejected(loc, h, lenient, e)
+			}
 			doc++
 			continue
 		}
@@ -520,6 +558,7 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		e := l.fail(loc, h, err)
 		if def != nil {
 			def.err = e
+			def.standin = standIn(def.key, j)
 		}
 	}
 	if h.apiVersion != info.apiVersion {
@@ -547,6 +586,17 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 	if def != nil {
 		def.obj = obj
 	}
+}
+
+// defineRejected records a definition of the object h names that was
+// rejected with e before it could be decoded; j is what can be read of it.
+func (l *loader) defineRejected(loc docLoc, h header, j []byte, e *ObjectError) {
+	if _, ok := kinds[h.kind]; !ok || h.name == "" {
+		return
+	}
+	h = h.named()
+	key := objectKey{h.kind, h.namespace, h.name}
+	l.defs = append(l.defs, definition{key: key, loc: loc, err: e, standin: standIn(key, j)})
 }
 
 // withYAMLHint explains the most common surprise of YAML 1.1, which

@@ -11,6 +11,7 @@ import (
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 )
@@ -150,7 +151,9 @@ func TestLoadDirGoodSemantics(t *testing.T) {
 // TestLoadBroken loads each file of the broken corpus on its own. Each holds
 // one mistake and at least one valid object: the mistake must be reported,
 // exactly once and with the expected text, and the valid objects must
-// survive it.
+// survive it. A rejected NetworkPolicy whose namespace and name are valid
+// survives as the stand-in that isolates and allows nothing
+// (TestRejectedStandIns).
 func TestLoadBroken(t *testing.T) {
 	tests := []struct {
 		file string
@@ -161,77 +164,77 @@ func TestLoadBroken(t *testing.T) {
 		{
 			file: "bad-cidr.yaml",
 			want: `bad-cidr.yaml doc 1: NetworkPolicy x/bad: spec.ingress[0].from[0].ipBlock.cidr: "10.0.0.0/33" must be a valid CIDR`,
-			keep: []string{"NetworkPolicy x/ok-bad-cidr"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-bad-cidr"},
 		},
 		{
 			file: "except-outside-cidr.yaml",
 			want: `except-outside-cidr.yaml doc 2: NetworkPolicy x/bad: spec.ingress[0].from[1].ipBlock.except[0]: "10.1.0.0/16" is not inside cidr "10.0.0.0/16"`,
-			keep: []string{"Namespace ok-except-outside", "NetworkPolicy x/ok-except-outside"},
+			keep: []string{"Namespace ok-except-outside", "NetworkPolicy x/bad", "NetworkPolicy x/ok-except-outside"},
 		},
 		{
 			file: "except-other-family.yaml",
 			want: `except-other-family.yaml doc 1: NetworkPolicy x/bad: spec.egress[0].to[0].ipBlock.except[0]: "fd00::/64" is not of the same IP family as cidr "10.0.0.0/8"`,
-			keep: []string{"NetworkPolicy x/ok-except-family"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-except-family"},
 		},
 		{
 			file: "bad-selector-operator.yaml",
 			want: `bad-selector-operator.yaml doc 1: NetworkPolicy x/bad: spec.podSelector.matchExpressions[0].operator: "Within" is invalid: not a valid selector operator`,
-			keep: []string{"NetworkPolicy x/ok-bad-operator"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-bad-operator"},
 		},
 		{
 			file: "in-without-values.yaml",
 			want: "in-without-values.yaml doc 1: NetworkPolicy x/bad: spec.ingress[0].from[0].namespaceSelector.matchExpressions[0].values: is required: must be specified when `operator` is 'In' or 'NotIn'",
-			keep: []string{"NetworkPolicy x/ok-in-no-values"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-in-no-values"},
 		},
 		{
 			file: "endport-named-port.yaml",
 			want: `endport-named-port.yaml doc 1: NetworkPolicy x/bad: spec.ingress[0].ports[0].endPort: may not be specified when port is a named port ("http")`,
-			keep: []string{"NetworkPolicy x/ok-endport-named"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-endport-named"},
 		},
 		{
 			file: "endport-below-port.yaml",
 			want: `endport-below-port.yaml doc 1: NetworkPolicy x/bad: spec.egress[0].ports[0].endPort: 80 must be greater than or equal to port 8080`,
-			keep: []string{"NetworkPolicy x/ok-endport-below"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-endport-below"},
 		},
 		{
 			file: "port-zero.yaml",
 			want: `port-zero.yaml doc 1: NetworkPolicy x/bad: spec.ingress[0].ports[0].port: 0 must be between 1 and 65535, inclusive`,
-			keep: []string{"NetworkPolicy x/ok-port-zero"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-port-zero"},
 		},
 		{
 			file: "port-too-large.yaml",
 			want: `port-too-large.yaml doc 1: NetworkPolicy x/bad: spec.ingress[0].ports[0].port: 70000 must be between 1 and 65535, inclusive`,
-			keep: []string{"NetworkPolicy x/ok-port-large"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-port-large"},
 		},
 		{
 			file: "bad-protocol.yaml",
 			want: `bad-protocol.yaml doc 1: NetworkPolicy x/bad: spec.ingress[0].ports[0].protocol: "ICMP" is not supported (supported values: "TCP", "UDP", "SCTP")`,
-			keep: []string{"NetworkPolicy x/ok-bad-protocol"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-bad-protocol"},
 		},
 		{
 			file: "bad-policytype.yaml",
 			want: `bad-policytype.yaml doc 1: NetworkPolicy x/bad: spec.policyTypes[1]: "Both" is not supported (supported values: "Ingress", "Egress")`,
-			keep: []string{"NetworkPolicy x/ok-bad-policytype"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-bad-policytype"},
 		},
 		{
 			file: "duplicate-policytype.yaml",
 			want: `duplicate-policytype.yaml doc 1: NetworkPolicy x/bad: spec.policyTypes[1]: "Egress" is a duplicate`,
-			keep: []string{"NetworkPolicy x/ok-dup-policytype"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-dup-policytype"},
 		},
 		{
 			file: "unknown-field.yaml",
 			want: `unknown-field.yaml doc 1: NetworkPolicy x/bad: unknown field "spec.ingress[0].fromm"`,
-			keep: []string{"NetworkPolicy x/ok-unknown-field"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-unknown-field"},
 		},
 		{
 			file: "wrong-case-field.yaml",
 			want: `wrong-case-field.yaml doc 1: NetworkPolicy x/bad: unknown field "spec.PodSelector"`,
-			keep: []string{"NetworkPolicy x/ok-wrong-case"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-wrong-case"},
 		},
 		{
 			file: "ipblock-and-podselector.yaml",
 			want: `ipblock-and-podselector.yaml doc 1: NetworkPolicy x/bad: spec.ingress[0].from[0]: may not combine ipBlock with podSelector or namespaceSelector`,
-			keep: []string{"NetworkPolicy x/ok-ipblock-pod"},
+			keep: []string{"NetworkPolicy x/bad", "NetworkPolicy x/ok-ipblock-pod"},
 		},
 		{
 			file: "duplicate-object.yaml",
@@ -279,7 +282,7 @@ func TestLoadBroken(t *testing.T) {
 		{
 			file: "yaml-boolean.yaml",
 			want: `yaml-boolean.yaml doc 1: NetworkPolicy x/allow-from-y: json: cannot unmarshal bool into Go struct field LabelSelector.spec.ingress.from.namespaceSelector.matchLabels of type string (an unquoted y, yes, on, n, no or off is a YAML boolean: quote it)`,
-			keep: []string{"Namespace ok-yaml-boolean"},
+			keep: []string{"Namespace ok-yaml-boolean", "NetworkPolicy x/allow-from-y"},
 		},
 	}
 
@@ -446,6 +449,9 @@ func TestLoadFS(t *testing.T) {
 			files: map[string]string{
 				"a.yaml": "apiVersion: v1\nkind: List\nitems:\n- metadata: {name: a}\n- apiVersion: v1\n  kind: List\n  items: []\n- apiVersion: extensions/v1beta1\n  kind: NetworkPolicy\n  metadata: {name: c, namespace: x}\n",
 			},
+			// The NetworkPolicy of the wrong apiVersion is rejected, and
+			// stands in as a policy that isolates and allows nothing.
+			want: []string{"NetworkPolicy x/c"},
 			wantErrs: []string{
 				"a.yaml doc 0 item 0: object a: kind is required",
 				"a.yaml doc 0 item 1: List: a list inside a list is not supported",
@@ -626,8 +632,11 @@ func TestLoadDirUnreadable(t *testing.T) {
 		t.Errorf("LoadDir of a missing directory: %v, want the path in the message", err)
 	}
 
-	// A link to a directory is skipped; a dangling link cannot be read, and
-	// a half-read directory must not pass for a complete one.
+	// A link is followed; a manifest name that is not a regular file (a
+	// dangling link, a link to a directory, a directory, a FIFO) cannot
+	// be read, and a half-read directory must not pass for a complete one.
+	// Directories and links with dot names (a ConfigMap's ..data) are not
+	// manifests.
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -635,7 +644,7 @@ func TestLoadDirUnreadable(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("d", filepath.Join(dir, "dir.yaml")); err != nil {
+	if err := os.Symlink("d", filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink("a.yaml", filepath.Join(dir, "link.yaml")); err != nil {
@@ -654,11 +663,32 @@ func TestLoadDirUnreadable(t *testing.T) {
 		t.Errorf("errors: %v, want a duplicate in a.yaml and in link.yaml", errorStrings(objErrs))
 	}
 
-	if err := os.Symlink("missing", filepath.Join(dir, "dangling.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := LoadDir(dir); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "dangling.yaml") {
-		t.Errorf("LoadDir with a dangling link: %v, want an error naming dangling.yaml", err)
+	for _, tc := range []struct {
+		name, entry string
+		make        func(path string) error
+		want        string
+	}{
+		{"a link to a directory", "dir.yaml", func(p string) error { return os.Symlink("d", p) }, "not a regular file (a directory)"},
+		{"a directory", "dir.yml", func(p string) error { return os.Mkdir(p, 0o755) }, "not a regular file (a directory)"},
+		{"a FIFO", "fifo.json", func(p string) error { return unix.Mkfifo(p, 0o644) }, "not a regular file (a FIFO)"},
+		{"a link to a FIFO", "fifo-link.yaml", func(p string) error {
+			if err := unix.Mkfifo(filepath.Join(dir, ".fifo"), 0o644); err != nil {
+				return err
+			}
+			return os.Symlink(".fifo", p)
+		}, "not a regular file (a FIFO)"},
+		{"a dangling link", "dangling.yaml", func(p string) error { return os.Symlink("missing", p) }, "no such file or directory"},
+	} {
+		path := filepath.Join(dir, tc.entry)
+		if err := tc.make(path); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), path+": "+tc.want) {
+			t.Errorf("LoadDir with %s: %v, want an error naming %s: %s", tc.name, err, path, tc.want)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

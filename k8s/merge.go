@@ -2,8 +2,10 @@ package k8s
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,6 +14,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // merge builds the Snapshot of a directory from its files' loads, in file
@@ -58,18 +63,25 @@ const maxKeptNamed = 5
 //   - a NetworkPolicy is replaced by one that isolates and allows nothing
 //     (see isolationOnly). Dropping it outright would un-isolate the pods
 //     it selects, which opens them; keeping either definition would use
-//     allows nobody can vouch for;
+//     allows nobody can vouch for. Only when every definition is rejected
+//     does the version in prev win, as for a rejected edit (below);
 //   - a Pod, Namespace or Node keeps the version in prev, the one in effect
 //     before the definitions started to disagree: dropping a pod opens it
 //     (it is no longer a target), and keeping one definition means trusting
 //     labels or addresses that the other contradicts. With no version in
-//     prev it is left out, and the error says which files to fix.
+//     prev a Pod keeps only what its definitions agree on (agreedPod), and
+//     a Namespace or Node is left out (which fails closed: a namespace
+//     then carries only its name label, a node's addresses are not
+//     allowed), and the error says which files to fix.
 //
 // An object whose only definitions are rejected (they do not decode, do
 // not validate, or have the wrong apiVersion) keeps its version in prev, as
 // the API server keeps an object when an update is rejected; dropping it
-// would open its pods. With no version in prev it is left out, as the API
-// server rejects a create.
+// would open its pods. With no version in prev (a fresh start after a
+// crash or a rollout looks exactly like this, so it cannot be read as "the
+// API server would reject the create") a NetworkPolicy or Pod gets its
+// stand-in (standIn), which fails closed, and a Namespace or Node is left
+// out.
 //
 // A rejected document that cannot be pinned to an object of prev (its
 // kind or name cannot be read, or names an object that did not exist: a
@@ -108,17 +120,21 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 	}
 	// notes are what merge adds to the files' own errors, which are shared
 	// with the watcher's state and never edited in place.
-	notes := map[*ObjectError]string{}
+	notes := map[*ObjectError]note{}
 	var dupErrs []*ObjectError
 	for _, key := range order {
 		defs := byKey[key]
 		if len(defs) == 1 {
 			d := defs[0]
-			if d.obj != nil {
+			switch old := prev.last(key); {
+			case d.obj != nil:
 				use(key, d.obj)
-			} else if old := prev.last(key); old != nil {
+			case old != nil:
 				use(key, old)
-				notes[d.err] = "its last good version stays in effect (an update the API server would reject)"
+				notes[d.err] = note{"its last good version stays in effect (an update the API server would reject)", true}
+			case d.standin != nil:
+				use(key, d.standin)
+				notes[d.err] = note{"no earlier version is known, so " + standInOutcome(d.standin), false}
 			}
 			continue
 		}
@@ -128,15 +144,24 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 			use(key, defs[0].obj)
 		} else {
 			var kept runtime.Object
-			if key.kind == "NetworkPolicy" {
+			old := prev.last(key)
+			// A policy's stand-in wins over its last good version unless
+			// every definition is rejected, which is a rejected edit.
+			if key.kind == "NetworkPolicy" && (old == nil || slices.ContainsFunc(defs, func(d *definition) bool { return d.obj != nil })) {
 				if p := isolationOnly(defs); p != nil {
 					kept = p
 					outcome = "it isolates the pods either definition selects and allows nothing until one is removed"
 				}
 			}
-			if old := prev.last(key); kept == nil && old != nil {
+			if kept == nil && old != nil {
 				kept, lastGood = old, true
 				outcome = "its last good version stays in effect until one is removed"
+			}
+			if kept == nil && key.kind == "Pod" {
+				if p := agreedPod(defs); p != nil {
+					kept = p
+					outcome = "no earlier version is known, so the pod stays at its addresses with only the labels every definition agrees on, until one is removed"
+				}
 			}
 			use(key, kept)
 		}
@@ -175,10 +200,10 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 	var objErrs []*ObjectError
 	for _, fl := range loads {
 		for _, e := range fl.errs {
-			if note, ok := notes[e]; ok {
+			if n, ok := notes[e]; ok {
 				c := *e
-				c.Err = fmt.Errorf("%w; %s", e.Err, note)
-				c.KeptLastGood = true
+				c.Err = fmt.Errorf("%w; %s", e.Err, n.text)
+				c.KeptLastGood = n.kept
 				e = &c
 			}
 			objErrs = append(objErrs, e)
@@ -192,12 +217,19 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 	return &snap, objErrs, held
 }
 
+// A note is what merge adds to a file's ObjectError: the text, and whether
+// a last good version is kept (ObjectError.KeptLastGood).
+type note struct {
+	text string
+	kept bool
+}
+
 // keepUnaccounted keeps, when one of fl's rejected documents cannot be
 // pinned to an object in prev, every object the file held before (held)
 // that no load defines any more, and notes it on the first such document's
 // error. It returns the keys kept. See mergeOver.
 func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[objectKey][]*definition,
-	defOf map[*ObjectError]*definition, notes map[*ObjectError]string, use func(objectKey, runtime.Object)) []objectKey {
+	defOf map[*ObjectError]*definition, notes map[*ObjectError]note, use func(objectKey, runtime.Object)) []objectKey {
 	var orphans []objectKey
 	for _, k := range held {
 		if len(byKey[k]) == 0 && prev.last(k) != nil {
@@ -245,11 +277,11 @@ func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[o
 	if more := len(orphans) - len(names); more > 0 {
 		list += fmt.Sprintf(" and %d more", more)
 	}
-	note := "this document cannot be told apart from the objects the file held before, so those it no longer defines stay in effect: " + list
+	text := "this document cannot be told apart from the objects the file held before, so those it no longer defines stay in effect: " + list
 	if prevNote, ok := notes[trigger]; ok {
-		note = prevNote + "; " + note
+		text = prevNote.text + "; " + text
 	}
-	notes[trigger] = note
+	notes[trigger] = note{text, true}
 	return orphans
 }
 
@@ -309,24 +341,33 @@ func (s *Snapshot) add(obj runtime.Object) {
 }
 
 // isolationOnly returns the policy that stands for a duplicated
-// NetworkPolicy: it isolates, for every policy type of a valid definition,
-// the pods their podSelector picks (all pods of the namespace when the
+// NetworkPolicy: it isolates, for every policy type of a definition, the
+// pods their podSelector picks (all pods of the namespace when the
 // definitions select differently: one selector cannot express the union),
-// and has no rules, so it allows nothing. It returns nil when no definition
-// is valid: an invalid policy on its own is left out too.
+// and has no rules, so it allows nothing. A rejected definition counts
+// with its stand-in (policyStandIn), or as the whole namespace in both
+// directions when it has none; nil when no definition can name the policy.
 func isolationOnly(defs []*definition) *networkingv1.NetworkPolicy {
-	var valid []*networkingv1.NetworkPolicy
+	var each []*networkingv1.NetworkPolicy
+	unreadable := false
 	for _, d := range defs {
 		if np, ok := d.obj.(*networkingv1.NetworkPolicy); ok {
-			valid = append(valid, np)
+			each = append(each, np)
+		} else if np, ok := d.standin.(*networkingv1.NetworkPolicy); ok {
+			each = append(each, np)
+		} else {
+			unreadable = true
 		}
 	}
-	if len(valid) == 0 {
+	if len(each) == 0 {
 		return nil
 	}
-	sel := valid[0].Spec.PodSelector
-	var ingress, egress bool
-	for _, np := range valid {
+	sel := each[0].Spec.PodSelector
+	ingress, egress := unreadable, unreadable
+	if unreadable {
+		sel = metav1.LabelSelector{}
+	}
+	for _, np := range each {
 		if !reflect.DeepEqual(np.Spec.PodSelector, sel) {
 			sel = metav1.LabelSelector{}
 		}
@@ -335,18 +376,219 @@ func isolationOnly(defs []*definition) *networkingv1.NetworkPolicy {
 			egress = egress || t == networkingv1.PolicyTypeEgress
 		}
 	}
-	np := &networkingv1.NetworkPolicy{
-		TypeMeta:   valid[0].TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Namespace: valid[0].Namespace, Name: valid[0].Name},
-		Spec:       networkingv1.NetworkPolicySpec{PodSelector: *sel.DeepCopy()},
-	}
-	// Ingress and Egress stay nil: an isolated direction with no rules
-	// allows nothing.
+	var types []networkingv1.PolicyType
 	if ingress {
-		np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress)
+		types = append(types, networkingv1.PolicyTypeIngress)
 	}
 	if egress {
-		np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+		types = append(types, networkingv1.PolicyTypeEgress)
+	}
+	return isolating(each[0].Namespace, each[0].Name, sel, types)
+}
+
+// isolating returns a policy with no rules, which allows nothing, that
+// isolates the pods sel selects for types.
+func isolating(namespace, name string, sel metav1.LabelSelector, types []networkingv1.PolicyType) *networkingv1.NetworkPolicy {
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		// Ingress and Egress stay nil: an isolated direction with no
+		// rules allows nothing.
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *sel.DeepCopy(), PolicyTypes: types},
+	}
+	np.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"))
+	return np
+}
+
+// standIn returns what stands, when no last good version is kept, for a
+// definition of key that was rejected, j being what can be read of its
+// document: see policyStandIn and podStandIn. It is nil for other kinds,
+// and when not even the stand-in can be admitted (an invalid name or
+// namespace: no pod can be selected by it, and the Snapshot holds only
+// valid objects).
+func standIn(key objectKey, j []byte) runtime.Object {
+	var obj runtime.Object
+	switch key.kind {
+	case "NetworkPolicy":
+		if np := policyStandIn(key, j); np != nil {
+			obj = np
+		}
+	case "Pod":
+		if p := podStandIn(key, j); p != nil {
+			obj = p
+		}
+	}
+	return obj
+}
+
+// policyStandIn returns the policy that stands for a rejected NetworkPolicy
+// document j, as a differing duplicate gets one (isolationOnly): dropping
+// it would open the pods it isolates, on a fresh start (a crash, a
+// rollout, apply) as much as while running. It isolates what the
+// document's podSelector selects if that reads as a valid selector, else
+// every pod of the namespace, for the policyTypes it states if they read
+// as valid (as defaulted when it states none), else both directions, and
+// allows nothing.
+func policyStandIn(key objectKey, j []byte) *networkingv1.NetworkPolicy {
+	top, _ := lenientField[map[string]json.RawMessage](map[string]json.RawMessage{"": j}, "")
+	spec, _ := lenientField[map[string]json.RawMessage](top, "spec")
+	var sel metav1.LabelSelector // every pod of the namespace
+	if s, ok := lenientField[metav1.LabelSelector](spec, "podSelector"); ok && len(validateSelector(&s, field.NewPath("spec", "podSelector"))) == 0 {
+		sel = s
+	}
+	both := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+	types, ok := lenientField[[]networkingv1.PolicyType](spec, "policyTypes")
+	switch {
+	case !ok || len(validatePolicyTypes(types, field.NewPath("spec", "policyTypes"))) != 0:
+		types = both
+	case len(types) == 0:
+		// The API default: Ingress, and Egress if spec.egress has a rule
+		// (or cannot be read).
+		types = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+		if egress, ok := lenientField[[]json.RawMessage](spec, "egress"); !ok || len(egress) != 0 {
+			types = both
+		}
+	}
+	np := isolating(key.namespace, key.name, sel, types)
+	if len(Admit(np)) != 0 {
+		return nil
 	}
 	return np
+}
+
+// podStandIn returns the pod that stands for a rejected Pod document j
+// when no last good version is kept: the pod at its addresses and node
+// with only the labels that are valid and read as strings, and no
+// containers. Dropping it would open it (it would be no target, and its
+// address no pod's) and isolated pods would lose nothing; kept so, it is
+// still isolated by the policies that select every pod of its namespace,
+// or it by labels it has, and a peer only where those labels allow it
+// (see the package documentation for the one gap: a selector on the
+// absence of a label). A named port matches nothing on it. It is nil
+// when its node, hostNetwork, phase or addresses cannot be read, or do not
+// validate: a guess at those could turn a node's address into a pod's;
+// and when the compiler would ignore the pod anyway (no address,
+// hostNetwork, phase Succeeded or Failed).
+func podStandIn(key objectKey, j []byte) *corev1.Pod {
+	top, ok := lenientField[map[string]json.RawMessage](map[string]json.RawMessage{"": j}, "")
+	if !ok {
+		return nil
+	}
+	md, _ := lenientField[map[string]json.RawMessage](top, "metadata")
+	rawLabels, _ := lenientField[map[string]json.RawMessage](md, "labels")
+	var labels map[string]string
+	for k, raw := range rawLabels {
+		v, ok := lenientField[string](map[string]json.RawMessage{"": raw}, "")
+		if ok && len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[k] = v
+		}
+	}
+	spec, ok1 := lenientField[map[string]json.RawMessage](top, "spec")
+	status, ok2 := lenientField[map[string]json.RawMessage](top, "status")
+	nodeName, ok3 := lenientField[string](spec, "nodeName")
+	hostNetwork, ok4 := lenientField[bool](spec, "hostNetwork")
+	phase, ok5 := lenientField[corev1.PodPhase](status, "phase")
+	podIP, ok6 := lenientField[string](status, "podIP")
+	podIPs, ok7 := lenientField[[]corev1.PodIP](status, "podIPs")
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 ||
+		podIP == "" && len(podIPs) == 0 || hostNetwork || phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+		return nil
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.namespace, Name: key.name, Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: nodeName, HostNetwork: hostNetwork},
+		Status:     corev1.PodStatus{Phase: phase, PodIP: podIP, PodIPs: podIPs},
+	}
+	if len(Admit(p)) != 0 {
+		return nil
+	}
+	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return p
+}
+
+// agreedPod returns the pod that stands for a Pod defined more than once,
+// differently, when no last good version is kept: the pod at the
+// addresses, node and phase every definition agrees on, with the labels
+// every definition has alike, and the containers only if all agree (a
+// named port otherwise matches nothing on it). A rejected definition
+// counts with its stand-in (podStandIn). Why not leave it out: see
+// podStandIn. It is nil when a definition has no stand-in or they
+// disagree on anything but labels and containers: no address can be
+// trusted then.
+func agreedPod(defs []*definition) *corev1.Pod {
+	var each []*corev1.Pod
+	for _, d := range defs {
+		p, ok := d.obj.(*corev1.Pod)
+		if !ok {
+			if p, ok = d.standin.(*corev1.Pod); !ok {
+				return nil
+			}
+		}
+		each = append(each, p)
+	}
+	if len(each) == 0 {
+		return nil
+	}
+	first := each[0]
+	labels := maps.Clone(first.Labels)
+	containers, initContainers := first.Spec.Containers, first.Spec.InitContainers
+	for _, p := range each[1:] {
+		if p.Spec.NodeName != first.Spec.NodeName || p.Spec.HostNetwork != first.Spec.HostNetwork ||
+			p.Status.Phase != first.Status.Phase || !reflect.DeepEqual(p.Status.PodIPs, first.Status.PodIPs) {
+			return nil
+		}
+		for k, v := range labels {
+			if w, ok := p.Labels[k]; !ok || w != v {
+				delete(labels, k)
+			}
+		}
+		if !reflect.DeepEqual(p.Spec.Containers, containers) || !reflect.DeepEqual(p.Spec.InitContainers, initContainers) {
+			containers, initContainers = nil, nil
+		}
+	}
+	if len(labels) == 0 {
+		labels = nil
+	}
+	p := &corev1.Pod{
+		TypeMeta:   first.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: first.Namespace, Name: first.Name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: first.Spec.NodeName, HostNetwork: first.Spec.HostNetwork,
+			Containers: slices.Clone(containers), InitContainers: slices.Clone(initContainers)},
+		Status: corev1.PodStatus{Phase: first.Status.Phase, PodIP: first.Status.PodIP, PodIPs: slices.Clone(first.Status.PodIPs)},
+	}
+	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return p
+}
+
+// standInOutcome says what a stand-in of one rejected definition does.
+func standInOutcome(obj runtime.Object) string {
+	switch o := obj.(type) {
+	case *networkingv1.NetworkPolicy:
+		what := "the pods its podSelector selects"
+		if reflect.DeepEqual(o.Spec.PodSelector, metav1.LabelSelector{}) {
+			what = "every pod of namespace " + o.Namespace
+		}
+		return fmt.Sprintf("a policy stands in for it that isolates %s for %v and allows nothing, until it is fixed", what, o.Spec.PolicyTypes)
+	case *corev1.Pod:
+		return "the pod stays at its addresses with only the labels that are valid, and no named ports, until it is fixed"
+	}
+	return "it is left out"
+}
+
+// lenientField decodes m[key] into a T, strictly (case-sensitive, no
+// unknown or duplicate fields): ok is false when it is there but is not a
+// valid T. Absent or null is the zero T, ok.
+func lenientField[T any](m map[string]json.RawMessage, key string) (v T, ok bool) {
+	raw, there := m[key]
+	if !there {
+		return v, true
+	}
+	strict, err := sigsjson.UnmarshalStrict(raw, &v, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil || len(strict) != 0 {
+		var zero T
+		return zero, false
+	}
+	return v, true
 }

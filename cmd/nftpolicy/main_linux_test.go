@@ -87,9 +87,12 @@ spec:
 	if !strings.Contains(stderr, "nftpolicy apply: 1 skipped (the rest is in effect):\n  broken.yaml doc 0: NetworkPolicy y/bad-cidr: ") || !strings.Contains(stderr, "10.0.0.0/33") {
 		t.Errorf("stderr does not sum up the broken object, its place and its fault:\n%s", stderr)
 	}
+	// The bad one has no earlier version to keep: it stands in as a
+	// policy that isolates the pods it selects and allows nothing, so that
+	// a restart with a broken edit on disk does not open them.
 	listing := testns.ListTable(t, ns, "nftpolicy")
-	if !strings.Contains(listing, "x/allow-from-y") || strings.Contains(listing, "bad-cidr") {
-		t.Errorf("good policies must be programmed and the bad one left out:\n%s", listing)
+	if !strings.Contains(listing, "x/allow-from-y") || !strings.Contains(listing, "jump ingress-1300c8f0-y/bad-cidr") || strings.Contains(listing, "10.0.0.0") {
+		t.Errorf("good policies must be programmed and the bad one stand in, allowing nothing:\n%s", listing)
 	}
 }
 
