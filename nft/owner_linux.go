@@ -120,39 +120,13 @@ func (c *Conn) TableComment(name string) (string, error) {
 // The window between the reads and the kernel's check is two small
 // netlink round trips, whatever the size of the table.
 func (c *Conn) ApplyGuarded(t *Table, check func(comment string, exists bool) error) (BatchStats, error) {
-	guard := func() (uint32, error) {
-		gen, err := c.Generation()
-		if err != nil {
-			return 0, err
-		}
-		comment, err := c.TableComment(t.Name)
-		exists := true
-		if errors.Is(err, ErrNoTable) {
-			exists, err = false, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		if err := check(comment, exists); err != nil {
-			return 0, err
-		}
-		return gen, nil
-	}
-	return c.apply(t, 0, guard)
+	return c.apply(t, 0, c.guard(t.Name, check))
 }
 
-// DeleteGuarded deletes the inet table name (nothing if there is none) as
-// Delete does, unless check refuses: as in ApplyGuarded, the generation
-// and then the table's comment are read right before the batch is sent,
-// check decides (an error cancels the delete and is returned as is), and
-// the delete is checked against that generation (ErrGenerationChanged if
-// anyone committed in between: read again and retry).
-func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool) error) error {
-	nl, tx, err := c.newBatchConn(0)
-	if err != nil {
-		return fmt.Errorf("delete table inet %s: netlink: %w", name, err)
-	}
-	tx.guard = func() (uint32, error) {
+// guard reads the generation, then the comment of table name, and lets
+// check decide; the batch it guards is checked against that generation.
+func (c *Conn) guard(name string, check func(comment string, exists bool) error) func() (uint32, error) {
+	return func() (uint32, error) {
 		gen, err := c.Generation()
 		if err != nil {
 			return 0, err
@@ -170,6 +144,20 @@ func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool
 		}
 		return gen, nil
 	}
+}
+
+// DeleteGuarded deletes the inet table name (nothing if there is none) as
+// Delete does, unless check refuses: as in ApplyGuarded, the generation
+// and then the table's comment are read right before the batch is sent,
+// check decides (an error cancels the delete and is returned as is), and
+// the delete is checked against that generation (ErrGenerationChanged if
+// anyone committed in between: read again and retry).
+func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool) error) error {
+	nl, tx, err := c.newBatchConn(0)
+	if err != nil {
+		return fmt.Errorf("delete table inet %s: netlink: %w", name, err)
+	}
+	tx.guard = c.guard(name, check)
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
 	// Adding first makes the delete succeed whether or not the table
 	// exists (see Delete).
