@@ -440,8 +440,8 @@ func keyDatatype(k KeyType) nftables.SetDatatype {
 }
 
 func (b *writer) addSet(s *Set) error {
-	if s.Key < KeyIPv4 || s.Key > KeyIPv6ProtoPort {
-		return fmt.Errorf("unknown key type %d", s.Key)
+	if err := s.Validate(); err != nil {
+		return err
 	}
 	ns := &nftables.Set{
 		Table:        b.table,
@@ -474,6 +474,12 @@ func (b *writer) addSet(s *Set) error {
 func (b *writer) updateElements(u SetUpdate) error {
 	gone, came := u.Removed, u.Added
 	if !u.Exact {
+		// An exact patch of a large set is trusted to keep it valid (the
+		// incremental tests check it against the full set); anything else
+		// is compared whole anyway, so it is checked whole.
+		if err := u.New.Validate(); err != nil {
+			return err
+		}
 		gone, came = diffElements(u.Old, u.New)
 	}
 	del, add, err := elementDelta(u.Old, u.New, gone, came)

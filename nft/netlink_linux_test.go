@@ -99,6 +99,17 @@ func TestKernelApplyReplacesAtomically(t *testing.T) {
 	if _, err := c.Apply(broken); err == nil || !strings.Contains(err.Error(), "peers-v4") {
 		t.Fatalf("Apply with a missing set: got %v, want an error naming the set", err)
 	}
+	// A map holding one key twice (two pods on one address once did) is
+	// refused by name before anything is sent, as a delta too.
+	broken = sampleTable()
+	pods := broken.Sets[5]
+	pods.Elements = append(pods.Elements, Element{Addr: pods.Elements[0].Addr, Verdict: Verdict{Kind: Jump, Chain: "leaf"}})
+	if _, err := c.Apply(broken); err == nil || !strings.Contains(err.Error(), "set pods-v4: element 1 repeats the key of element 0") {
+		t.Fatalf("Apply with a key twice in a map: got %v, want an error naming the set", err)
+	}
+	if _, err := c.Update(sampleTable(), broken); err == nil || !strings.Contains(err.Error(), "set pods-v4: element 1 repeats") {
+		t.Fatalf("Update with a key twice in a map: got %v, want an error naming the set", err)
+	}
 	if after := testns.Nft(t, ns, "", "list", "table", "inet", "nftpolicy"); after != before {
 		t.Errorf("a refused batch changed the table:\n%s", cmp.Diff(before, after))
 	}

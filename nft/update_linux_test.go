@@ -57,7 +57,7 @@ func TestKernelUpdate(t *testing.T) {
 		{"no change", func(*Table) {}, false},
 		{"add an address to an interval set", func(t *Table) {
 			s := setNamed(t, "peers-v4")
-			s.Elements = append(s.Elements, Element{Addr: a("10.3.0.1")})
+			s.Elements = slices.Insert(s.Elements, len(s.Elements)-1, Element{Addr: a("10.3.0.1")}) // sorted, as Validate wants
 		}, false},
 		{"grow a range and drop another", func(t *Table) {
 			s := setNamed(t, "peers-v4")
