@@ -339,7 +339,7 @@ func TestWatchDirKeepsLastGoodObject(t *testing.T) {
 		{"apiVersion v1beta1", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy("networking.k8s.io/v1beta1", "NetworkPolicy", "p2", "90"),
 			start2, []string{`policies.yaml doc 1: NetworkPolicy x/p2: apiVersion "networking.k8s.io/v1beta1" is not supported`, "stays in effect"}},
 		{"a kind typo", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "Networkpolicy", "p2", "90"),
-			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", []string{"policies.yaml doc 1: Networkpolicy x/p2: unsupported kind", "stay in effect: NetworkPolicy x/p2"}},
+			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", []string{"policies.yaml doc 1: Networkpolicy x/p2: unknown kind Networkpolicy", "stay in effect: NetworkPolicy x/p2"}},
 		{"no name", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + strings.Replace(wPolicy(v1, "NetworkPolicy", "p2", "90"), "name: p2", "labels: {}", 1),
 			"Pod x/b map[pod:b2], NetworkPolicy x/p1 port 80, NetworkPolicy x/p2 port 80", []string{"policies.yaml doc 1: NetworkPolicy", "stay in effect: NetworkPolicy x/p2"}},
 		{"renamed to an invalid name", "policies.yaml", wPolicy(v1, "NetworkPolicy", "p1", "80") + "---\n" + wPolicy(v1, "NetworkPolicy", "P2", "90"),

@@ -541,6 +541,13 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 			l.fail(loc, h, errors.New("kind is required"))
 			return
 		}
+		if !knownOtherKind(h.apiVersion, h.kind) {
+			// Not a kind of the API groups nftpolicy reads: a typo of one
+			// of its kinds (NetworkPolicyy) would drop what the document
+			// defines as quietly as a Service is ignored. An error, then.
+			l.fail(loc, h, fmt.Errorf("unknown kind %s of %s (a typo? nftpolicy reads Namespace, Pod and Node of v1 and NetworkPolicy of networking.k8s.io/v1)", h.kind, h.apiVersion))
+			return
+		}
 		l.fail(loc, h, fmt.Errorf("%w %s (reads Namespace, Pod and Node of v1 and NetworkPolicy of networking.k8s.io/v1)", ErrUnsupportedKind, h.kind))
 		return
 	}
@@ -662,4 +669,30 @@ func isSeparator(line []byte) bool {
 	}
 	rest = bytes.TrimSpace(rest)
 	return len(rest) == 0 || rest[0] == '#'
+}
+
+// otherKinds are the kinds of the core and networking.k8s.io groups that
+// nftpolicy does not read: a manifests directory may well hold them, and
+// they are ignored with a warning. Any other kind in those groups is an
+// error (see loadObject); kinds of other groups (apps/v1 Deployments, CRDs)
+// are ignored.
+var otherKinds = map[string]map[string]bool{
+	"v1": {"Service": true, "ConfigMap": true, "Secret": true, "ServiceAccount": true, "Endpoints": true,
+		"PersistentVolume": true, "PersistentVolumeClaim": true, "ResourceQuota": true, "LimitRange": true,
+		"ReplicationController": true, "PodTemplate": true, "Event": true, "Binding": true, "ComponentStatus": true},
+	"networking.k8s.io": {"Ingress": true, "IngressClass": true, "ServiceCIDR": true, "IPAddress": true},
+}
+
+// knownOtherKind reports whether kind of apiVersion may be ignored as a
+// kind nftpolicy does not read.
+func knownOtherKind(apiVersion, kind string) bool {
+	group := apiVersion
+	if i := strings.LastIndex(apiVersion, "/"); i >= 0 {
+		group = apiVersion[:i]
+	}
+	if apiVersion == "v1" {
+		group = "v1"
+	}
+	known, ours := otherKinds[group]
+	return !ours || known[kind]
 }

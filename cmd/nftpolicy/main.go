@@ -583,7 +583,11 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		}
 		updates = checkSnapshots(ctx, cfg, log, src, in)
 	} else {
-		updates = watchManifests(ctx, cfg, log, src)
+		// A table already in the kernel is what the daemon before this one
+		// programmed (a restart, kill -9, an upgrade): the last good state.
+		_, err := conn.TableComment(cfg.table)
+		programmed := err == nil
+		updates = watchManifests(ctx, cfg, log, src, programmed)
 	}
 	go releaseAfterFirstSync(ctx, s)
 	// Run returns an error (ErrOwned) when another daemon started with this
@@ -718,11 +722,19 @@ func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 //     enforced (the rest, and the last good versions WatchDir keeps) is not
 //     what the files say until they are fixed.
 //   - An unknown --node is logged and makes the daemon not ready.
-func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState) <-chan *k8s.Snapshot {
+//
+// When a table was programmed before this daemon started (held), the first
+// load is sent only once it has no errors: a restart has no last good
+// version of an object to fall back on, so an invalid edit, a file that
+// does not parse, a kind typo or a differing duplicate would otherwise
+// drop objects and open pods. Until then the table from before the restart
+// (the last good state) stays, and the daemon is not ready, saying why.
+func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState, held bool) <-chan *k8s.Snapshot {
 	snapshots := make(chan *k8s.Snapshot)
 	go func() {
 		nw := &nodeWatch{node: cfg.node, log: log}
 		var seen, sent *k8s.Snapshot // last from WatchDir, last to the Syncer
+		var seen2 *k8s.Snapshot      // last held back at the start, logged once
 		// emptied: since the last snapshot sent, the directory could not be
 		// listed or held no object.
 		emptied := false
@@ -773,6 +785,15 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 			}
 			if vanished > 0 && emptied && !cfg.allowEmpty {
 				problems = append(problems, fmt.Errorf("%s came back without any NetworkPolicy after it was removed or emptied, where %d were programmed; keeping the last programmed state until one comes back (--allow-empty to program no policy)", cfg.manifests, vanished))
+				snap = nil
+			}
+			if held && sent == nil && snap != nil && (u.Err != nil || notAsWritten(u.Errors) != nil) {
+				problems = append(problems, fmt.Errorf("keeping the table programmed before this start until %s loads without errors", cfg.manifests))
+				if snap != seen2 {
+					seen2 = snap
+					log.Error("the manifests have errors and there is no last good version of them since the start; keeping the table programmed before it until they load cleanly",
+						zap.String("dir", cfg.manifests))
+				}
 				snap = nil
 			}
 			if snap != nil && snap != sent {
