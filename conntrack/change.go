@@ -147,6 +147,16 @@ func (c *Change) Narrows(f Flow) (bool, error) {
 		return v, nil
 	}
 	p := f.Packet()
+	if c.old == nil && f.DNAT && f.Src == f.Dst {
+		// A connection to itself through a Service is exempt only when it
+		// came in on the pod's own link, which a conntrack entry does not
+		// say. With no table before (a start, or a repair after the table
+		// was flushed or dormant, when anyone could start anything) it is
+		// judged as one that did not: another pod forging the address is
+		// cut, and a genuine hairpin is ended once and reconnects, its new
+		// first packet judged by the kernel, interface included.
+		p.WrongIif = true
+	}
 	after, err := verdict(c.newTrace, c.newHooks, p)
 	if err != nil {
 		return false, fmt.Errorf("new table: %w", err)

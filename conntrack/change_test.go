@@ -152,6 +152,11 @@ func TestChangeNarrowsOnlyWhatLostPermission(t *testing.T) {
 		{"ICMP: a rule with ports never allowed it", both, onlyY, conntrack.Flow{Src: netip.MustParseAddr(xa), Dst: netip.MustParseAddr(xb), Proto: nft.ProtoICMP, ICMPType: 8}, false},
 		{"ICMP: isolation takes it", open, onlyY, conntrack.Flow{Src: netip.MustParseAddr(xa), Dst: netip.MustParseAddr(xb), Proto: nft.ProtoICMP, ICMPType: 8}, true},
 		{"IPv6 tightened", both, onlyY, tcp("fd00::1:1", "fd00::1:2", 8080), true},
+		// x/b to itself through a Service: exempt in both tables; with no
+		// table before (a start, a repair) the arrival link is unknown, and
+		// a forged one must not survive: it goes.
+		{"hairpin kept across a change", both, onlyY, hairpin(xb, 8080), false},
+		{"hairpin judged without proof of its link, no table before", nil, onlyY, hairpin(xb, 8080), true},
 	} {
 		got, err := conntrack.NewChange(tc.old, tc.new).Narrows(tc.flow)
 		if err != nil {
@@ -204,4 +209,11 @@ func TestChangePrefilter(t *testing.T) {
 	if got, err := ch.Narrows(tcp("198.51.100.1", "192.0.2.1", 80)); err != nil || !got {
 		t.Errorf("Narrows = %v, %v; want true", got, err)
 	}
+}
+
+// hairpin is a pod's connection to itself through a Service.
+func hairpin(addr string, port uint16) conntrack.Flow {
+	f := tcp(addr, addr, port)
+	f.DNAT = true
+	return f
 }

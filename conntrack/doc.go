@@ -34,6 +34,13 @@
 // expected (they have a master tuple): their first packet was related, not
 // new, and the policy never judged it.
 //
+// A pod's connection to itself through a Service is exempt from its
+// policy only when it came in on the pod's own link, which a conntrack
+// entry does not record. When there is no table before (a start, or a
+// repair after the table was flushed or dormant, when anything could
+// start), such a flow is judged as if it came in elsewhere: a forged one
+// is cut, a genuine one is ended once and reconnects.
+//
 // # Cost
 //
 // Most entries need no trace: when a table's forward base chains can only
