@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 )
@@ -111,7 +110,7 @@ type dirWatcher struct {
 
 func newDirWatcher(dir string, interval time.Duration) *dirWatcher {
 	return &dirWatcher{
-		dir: dir, fsys: os.DirFS(dir), files: map[string]*watchedFile{},
+		dir: dir, fsys: manifestDir(dir), files: map[string]*watchedFile{},
 		maxWait: max(1, int(MaxErrorInterval/interval)),
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	goruntime "runtime"
 	"strings"
@@ -35,7 +34,7 @@ import (
 // manifest name that is not a regular file included): the caller then has
 // no complete view and should keep what it had.
 func LoadDir(dir string) (*Snapshot, []*ObjectError, error) {
-	snap, objErrs, err := LoadFS(os.DirFS(dir))
+	snap, objErrs, err := LoadFS(manifestDir(dir))
 	if err != nil {
 		return nil, nil, fmt.Errorf("load manifests: %w", inDir(dir, err))
 	}
