@@ -10,12 +10,7 @@ import (
 // Monitor.Foreign signals a commit to our table from anyone but our own
 // Conn, and nothing else: not our batches, not other tables.
 func TestKernelMonitorForeign(t *testing.T) {
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ns, c := openTestNS(t)
 	if _, err := c.Apply(sampleTable()); err != nil {
 		t.Fatal(err)
 	}

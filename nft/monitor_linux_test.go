@@ -14,12 +14,7 @@ import (
 // The Monitor tells a commit to another table from one to ours, and says
 // it cannot tell for generations it has not seen.
 func TestKernelMonitor(t *testing.T) {
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ns, c := openTestNS(t)
 	m, err := c.Monitor("nftpolicy")
 	if err != nil {
 		t.Fatal(err)

@@ -75,12 +75,7 @@ func TestKernelApplyMatchesNft(t *testing.T) {
 }
 
 func TestKernelApplyReplacesAtomically(t *testing.T) {
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ns, c := openTestNS(t)
 	if _, err := c.Apply(sampleTable()); err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +144,7 @@ func TestKernelLargeSetsAreChunked(t *testing.T) {
 		ivl.Elements = append(ivl.Elements, Element{Addr: v4})
 	}
 	table.Sets = []*Set{big, ivl}
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := openTestNS(t)
 	if _, err := c.Apply(table); err != nil {
 		t.Fatal(err)
 	}

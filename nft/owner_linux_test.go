@@ -54,12 +54,7 @@ func TestKernelOwnerRecord(t *testing.T) {
 		t.Errorf("nft list does not show the owner record:\n%s", listing)
 	}
 
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ns, c := openTestNS(t)
 	if _, err := c.TableComment(table.Name); !errors.Is(err, ErrNoTable) {
 		t.Errorf("comment of a missing table: %v, want ErrNoTable", err)
 	}
@@ -165,12 +160,7 @@ func TestKernelOwnerBeacon(t *testing.T) {
 
 // A Conn whose namespace was deleted says so.
 func TestKernelNetnsGone(t *testing.T) {
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ns, c := openTestNS(t)
 	if err := c.CheckNetns(); err != nil {
 		t.Fatalf("fresh namespace: %v", err)
 	}
@@ -194,12 +184,7 @@ func TestKernelNetnsGone(t *testing.T) {
 // The Monitor signals a base chain added on the forward hook by another
 // table, and not one of ours or one on another hook.
 func TestKernelMonitorForwardChains(t *testing.T) {
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ns, c := openTestNS(t)
 	m, err := c.Monitor("nftpolicy")
 	if err != nil {
 		t.Fatal(err)

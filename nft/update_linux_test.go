@@ -139,12 +139,7 @@ func TestKernelUpdate(t *testing.T) {
 		{"change the base chain priority", func(t *Table) { chainNamed(t, "filter-forward").Hook.Priority = -20 }, true},
 	}
 
-	ns := testns.New(t, "nftpt")
-	c, err := Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ns, c := openTestNS(t)
 	cur := sampleTable()
 	chainNamed(cur, "pod-x/a").Rules[2] = Rule{Exprs: []Expr{Verdict{Kind: Jump, Chain: "np-x/allow"}}}
 	if _, err := c.Apply(cur); err != nil {
