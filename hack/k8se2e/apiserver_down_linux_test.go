@@ -87,23 +87,7 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 	}
 	pods := []*netns.Pod{xa, ya}
 	keys := netns.Keys(pods)
-	for _, ns := range []string{"x", "y"} {
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}, Spec: corev1.NodeSpec{PodCIDR: n1.PodCIDRv4().String()}}
-	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods {
-		if _, err := client.CoreV1().Pods(p.Namespace()).Create(ctx, apiPod(p, map[string]string{"pod": p.Name()}), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := setPodIP(ctx, client, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createCluster(ctx, t, client, n1, pods, pods...)
 	deny := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "default-deny"},
 		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},

@@ -102,6 +102,32 @@ func checkMatrix(t *testing.T, c *netns.Cluster, pods []*netns.Pod, what string,
 	}
 }
 
+// createCluster creates namespaces x and y, node n with its pod CIDR and
+// pods (labelled pod=<name>) through client, and gives the running ones
+// their addresses.
+func createCluster(ctx context.Context, t *testing.T, client kubernetes.Interface, n *netns.Node, pods []*netns.Pod, running ...*netns.Pod) {
+	t.Helper()
+	for _, ns := range []string{"x", "y"} {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name()}, Spec: corev1.NodeSpec{PodCIDR: n.PodCIDRv4().String()}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if _, err := client.CoreV1().Pods(p.Namespace()).Create(ctx, apiPod(p, map[string]string{"pod": p.Name()}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range running {
+		if err := setPodIP(ctx, client, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func apiPod(p *netns.Pod, labels map[string]string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace(), Name: p.Name(), Labels: labels},
@@ -214,25 +240,7 @@ func TestIntegrationAPIServerToKernel(t *testing.T) {
 
 	// The cluster as the kubelet and the scheduler would have made it:
 	// x/b is still starting (no IP).
-	for _, ns := range []string{"x", "y"} {
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}, Spec: corev1.NodeSpec{PodCIDR: n1.PodCIDRv4().String()}}
-	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods {
-		if _, err := client.CoreV1().Pods(p.Namespace()).Create(ctx, apiPod(p, map[string]string{"pod": p.Name()}), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range []*netns.Pod{xa, ya} {
-		if err := setPodIP(ctx, client, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createCluster(ctx, t, client, n1, pods, xa, ya)
 	deny := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "default-deny"},
 		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
