@@ -36,27 +36,7 @@ type TraceResult struct {
 // be tested for what a ruleset does (src, dst, proto, port → verdict)
 // independently of how it is laid out.
 func Trace(t *Table, hookChain string, p Packet) (TraceResult, error) {
-	chains := map[string]*Chain{}
-	for _, c := range t.Chains {
-		chains[c.Name] = c
-	}
-	sets := map[string]*Set{}
-	for _, s := range t.Sets {
-		sets[s.Name] = s
-	}
-	base, ok := chains[hookChain]
-	if !ok || base.Hook == nil {
-		return TraceResult{}, fmt.Errorf("trace: no base chain %q", hookChain)
-	}
-	tr := &tracer{chains: chains, sets: sets, p: p}
-	v, err := tr.run(base, 0)
-	if err != nil {
-		return TraceResult{}, err
-	}
-	if v == "" || v == Return {
-		v = base.Hook.Policy
-	}
-	return TraceResult{Verdict: v, Mark: tr.p.Mark, Path: tr.path}, nil
+	return NewTracer(t).Trace(hookChain, p)
 }
 
 type tracer struct {
