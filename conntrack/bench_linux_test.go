@@ -205,7 +205,7 @@ func BenchmarkKernelTightenToFirstDrop(b *testing.B) {
 					b.Fatal(err)
 				}
 				var conn net.Conn
-				if err := inNetns(pods["x/a"].NetnsPath(), func() (err error) {
+				if err := netns.Do(pods["x/a"].NetnsPath(), func() (err error) {
 					conn, err = net.Dial("udp", to.String())
 					return err
 				}); err != nil {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -86,29 +85,6 @@ func (d *dataPlane) apply(t *testing.T, table *nft.Table) {
 
 func (d *dataPlane) addr(key, family string) netip.Addr { return d.pods[key].Addr(family) }
 
-// inNetns runs f on an OS thread switched into the network namespace at
-// path; sockets f creates stay in that namespace. The thread is never
-// unlocked, so the runtime throws it away when f is done.
-func inNetns(path string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			errc <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
 // serveEcho runs a dual-stack TCP echo server on echoPort in the namespace
 // until the test ends. Keepalives are off on both ends of every test
 // connection: a probe the server sends on its own would be a packet of the
@@ -116,7 +92,7 @@ func inNetns(path string, f func() error) error {
 func serveEcho(t *testing.T, path string) {
 	t.Helper()
 	var ln net.Listener
-	err := inNetns(path, func() (err error) {
+	err := netns.Do(path, func() (err error) {
 		ln, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", fmt.Sprintf(":%d", echoPort))
 		return err
 	})
@@ -173,7 +149,7 @@ func (d *dataPlane) dial(t *testing.T, from, proto string, to netip.Addr) *flow 
 func dialFrom(t *testing.T, path, proto string, to netip.AddrPort, name string) *flow {
 	t.Helper()
 	var conn net.Conn
-	err := inNetns(path, func() (err error) {
+	err := netns.Do(path, func() (err error) {
 		conn, err = (&net.Dialer{Timeout: passTimeout, KeepAlive: -1}).Dial(proto, to.String())
 		return err
 	})
@@ -550,7 +526,7 @@ func TestKernelServerFirstAfterCleanup(t *testing.T) {
 	old, tight := d.table(t, port(fromXAndY)), d.table(t, port(fromY))
 	d.apply(t, old)
 	var ln net.Listener
-	if err := inNetns(d.pods["x/b"].NetnsPath(), func() (err error) {
+	if err := netns.Do(d.pods["x/b"].NetnsPath(), func() (err error) {
 		ln, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", fmt.Sprintf(":%d", pushPort))
 		return err
 	}); err != nil {

@@ -35,3 +35,13 @@ func inNetns(path string, f func()) error {
 	}()
 	return <-errc
 }
+
+// Do runs f on an OS thread switched into the network namespace at path
+// (see inNetns): sockets f opens stay in that namespace.
+func Do(path string, f func() error) error {
+	var ferr error
+	if err := inNetns(path, func() { ferr = f() }); err != nil {
+		return err
+	}
+	return ferr
+}
