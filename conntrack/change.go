@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"go4.org/netipx"
+
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -82,7 +84,10 @@ type Change struct {
 	// field, of either table. When every flow outside them is accepted by
 	// both tables (filtered), only flows that touch one need a trace.
 	src, dst map[netip.Addr]bool
-	filtered bool
+	// Ranges a rule drops outright by one address field (the enforcer's
+	// unknown-local sets, with --default-deny-unknown).
+	srcRanges, dstRanges []netipx.IPRange
+	filtered             bool
 
 	verdicts map[Flow]bool // flow → narrowed, within this Change
 }
@@ -95,7 +100,7 @@ func NewChange(old, new *nft.Table) *Change {
 		src: map[netip.Addr]bool{}, dst: map[netip.Addr]bool{},
 		verdicts: map[Flow]bool{},
 	}
-	c.filtered = dispatchKeys(old, c.src, c.dst) && dispatchKeys(new, c.src, c.dst)
+	c.filtered = c.dispatchKeys(old) && c.dispatchKeys(new)
 	if old != nil {
 		c.oldTrace = nft.NewTracer(old)
 	}
@@ -109,7 +114,7 @@ func NewChange(old, new *nft.Table) *Change {
 // taken permission from any flow: both tables are the same one, or neither
 // can drop a packet at all.
 func (c *Change) Nothing() bool {
-	return c.old == c.new || c.filtered && len(c.src) == 0 && len(c.dst) == 0
+	return c.old == c.new || c.filtered && len(c.src)+len(c.dst)+len(c.srcRanges)+len(c.dstRanges) == 0
 }
 
 // Families are the IP families whose flows may have lost permission:
@@ -118,6 +123,13 @@ func (c *Change) Nothing() bool {
 func (c *Change) Families() (v4, v6 bool) {
 	if !c.filtered {
 		return true, true
+	}
+	for _, r := range append(slices.Clip(c.srcRanges), c.dstRanges...) {
+		if nft.FamilyOf(r.From()) == nft.IPv4 {
+			v4 = true
+		} else {
+			v6 = true
+		}
 	}
 	for _, m := range []map[netip.Addr]bool{c.src, c.dst} {
 		for a := range m {
@@ -134,7 +146,7 @@ func (c *Change) Families() (v4, v6 bool) {
 // Concerns reports whether the flow may have lost permission at all: it
 // is false only for flows both tables accept without a trace.
 func (c *Change) Concerns(f Flow) bool {
-	return !c.filtered || c.src[f.Src] || c.dst[f.Dst]
+	return !c.filtered || c.src[f.Src] || c.dst[f.Dst] || inRanges(c.srcRanges, f.Src) || inRanges(c.dstRanges, f.Dst)
 }
 
 // Narrows reports whether old accepted the flow's first packet and new
@@ -207,14 +219,27 @@ func forwardChains(t *nft.Table) []string {
 	return names
 }
 
-// dispatchKeys adds to src and dst the addresses t's forward base chains
-// look up in verdict maps, by the field looked up, and reports whether that
-// is the only way those chains can do anything but accept: policy accept,
-// no verdict but accept, and verdict maps keyed by address only. Then a packet whose
-// source and destination are no such key is accepted, whatever else it
+func inRanges(rs []netipx.IPRange, a netip.Addr) bool {
+	for _, r := range rs {
+		if r.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatchKeys adds to c.src and c.dst the addresses t's forward base
+// chains look up in verdict maps, by the field looked up, and to
+// c.srcRanges and c.dstRanges those a rule drops by one address field
+// alone (`ip saddr @set drop`), and reports whether that is the only way
+// those chains can do anything but accept: policy accept, no other verdict
+// but accept, verdict maps keyed by address only. Then a packet whose
+// source and destination are none of these is accepted, whatever else it
 // is. The enforcer's base chain is such a chain (its maps are the dispatch
-// maps, one key per isolated local pod); for any other, it reports false.
-func dispatchKeys(t *nft.Table, src, dst map[netip.Addr]bool) bool {
+// maps, one key per isolated local pod; its only drops are of the unknown
+// addresses of --default-deny-unknown); for any other, it reports false.
+func (c *Change) dispatchKeys(t *nft.Table) bool {
+	src, dst := c.src, c.dst
 	if t == nil {
 		return true
 	}
@@ -230,6 +255,20 @@ func dispatchKeys(t *nft.Table, src, dst map[netip.Addr]bool) bool {
 			return false
 		}
 		for _, r := range ch.Rules {
+			if s, field, ok := dropsByAddress(r, sets); ok {
+				for _, el := range s.Elements {
+					rng := netipx.IPRangeFrom(el.Addr, el.Addr)
+					if el.Last.IsValid() {
+						rng = netipx.IPRangeFrom(el.Addr, el.Last)
+					}
+					if field == nft.Saddr {
+						c.srcRanges = append(c.srcRanges, rng)
+					} else {
+						c.dstRanges = append(c.dstRanges, rng)
+					}
+				}
+				continue
+			}
 			for _, e := range r.Exprs {
 				switch e := e.(type) {
 				case nft.Verdict:
@@ -256,6 +295,21 @@ func dispatchKeys(t *nft.Table, src, dst map[netip.Addr]bool) bool {
 		}
 	}
 	return true
+}
+
+// dropsByAddress reports a rule that drops by one address field alone,
+// `ip saddr @set drop`, with its set.
+func dropsByAddress(r nft.Rule, sets map[string]*nft.Set) (*nft.Set, nft.AddrField, bool) {
+	if len(r.Exprs) != 2 {
+		return nil, "", false
+	}
+	in, ok1 := r.Exprs[0].(nft.AddrInSet)
+	v, ok2 := r.Exprs[1].(nft.Verdict)
+	s := sets[in.Set]
+	if !ok1 || !ok2 || v.Kind != nft.Drop || s == nil || s.Verdict || s.Key.Concat() {
+		return nil, "", false
+	}
+	return s, in.Field, true
 }
 
 // Stats report one cleanup.

@@ -63,6 +63,12 @@ spec:
 // compile compiles cluster plus documents for node-1, as the daemon would.
 func compile(t testing.TB, node, cluster string, docs ...string) *nft.Table {
 	t.Helper()
+	return compileWith(t, enforcer.Options{Node: node}, cluster, docs...)
+}
+
+// compileWith is compile with other options.
+func compileWith(t testing.TB, opts enforcer.Options, cluster string, docs ...string) *nft.Table {
+	t.Helper()
 	fsys := fstest.MapFS{"cluster.yaml": {Data: []byte(cluster)}}
 	for i, d := range docs {
 		fsys[fmt.Sprintf("doc%d.yaml", i)] = &fstest.MapFile{Data: []byte(d)}
@@ -71,7 +77,7 @@ func compile(t testing.TB, node, cluster string, docs ...string) *nft.Table {
 	if err != nil || len(objErrs) > 0 {
 		t.Fatalf("load: %v %v", err, objErrs)
 	}
-	table, problems := enforcer.Compile(snap, enforcer.Options{Node: node})
+	table, problems := enforcer.Compile(snap, opts)
 	if len(problems) > 0 {
 		t.Fatalf("compile: %v", problems)
 	}
@@ -191,6 +197,21 @@ func TestChangePrefilter(t *testing.T) {
 	}
 	if !ch.Concerns(tcp(ya, xb, 80)) {
 		t.Error("a flow to x/b is not traced")
+	}
+
+	// --default-deny-unknown drops addresses of the pod CIDR that are no
+	// known pod: the prefilter keeps them as ranges rather than giving up
+	// and tracing every flow of the host.
+	deny := enforcer.Options{Node: "node-1", DenyUnknown: true, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}}
+	uch := conntrack.NewChange(compileWith(t, deny, cluster), compileWith(t, deny, cluster, allowTo("web", "y")))
+	if uch.Concerns(tcp(ya, "10.0.3.1", 80)) {
+		t.Error("with --default-deny-unknown, a flow between pods no rule can drop is traced")
+	}
+	if !uch.Concerns(tcp(ya, "10.0.1.9", 80)) || !uch.Concerns(tcp("10.0.1.9", ya, 80)) {
+		t.Error("a flow to or from an unknown address of the pod CIDR is not traced")
+	}
+	if !uch.Concerns(tcp(ya, xb, 80)) {
+		t.Error("with --default-deny-unknown, a flow to isolated x/b is not traced")
 	}
 
 	// A hand-built base chain that drops by other means than a dispatch
