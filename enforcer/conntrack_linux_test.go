@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/mdlayher/netlink"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/conntrack"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
+	"github.com/nftpolicy/nftpolicy/k8s"
 )
 
 // A connection that started while our table was flushed (or dormant, or
@@ -68,4 +70,55 @@ func TestKernelRepairEndsConnectionsOpenedMeanwhile(t *testing.T) {
 	if !left[za] {
 		t.Error("y/a → z/a, allowed, was ended by the repair")
 	}
+}
+
+// A failed conntrack cleanup fails its sync, and the retry of the same
+// snapshot, which writes nothing, must retry the cleanup rather than call
+// conntrack up to date: the daemon stays unready until it succeeds.
+func TestKernelFailedCleanupIsRetried(t *testing.T) {
+	s, ns := newTestSyncer(t)
+	cl, err := conntrack.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.FollowConntrack(cl)
+	if _, err := s.Sync(cluster()); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close() // every cleanup fails from now on
+	tight := cluster(policy("x", "deny", denyIngress))
+	if _, err := s.Sync(tight); err == nil {
+		t.Fatal("a sync whose cleanup failed succeeded")
+	}
+	if _, err := s.Sync(tight); err == nil {
+		t.Error("the retry of the same snapshot succeeded: the narrowing was never cleaned")
+	}
+	if _, err := s.Status(); err == nil {
+		t.Error("Status is nil while the cleanup keeps failing")
+	}
+}
+
+// A drift check that fails (here its conntrack cleanup, after the repair)
+// makes the daemon unready with the reason, not just a log line.
+func TestKernelFailedDriftCheckIsNotReady(t *testing.T) {
+	ns := testns.New(t, "nftpt")
+	s := openSyncer(t, ns, Options{})
+	cl, err := conntrack.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.FollowConntrack(cl)
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- ownerSnap
+	runSyncer(t, s, updates)
+	waitFor(t, "the first sync and the commit monitor", func() bool {
+		gen, err := s.Status()
+		return gen > 0 && err == nil && s.foreignCommits() != nil
+	})
+	cl.Close()
+	testns.Nft(t, ns, "", "flush", "ruleset")
+	waitFor(t, "not ready, saying the cleanup failed", func() bool {
+		_, err := s.Status()
+		return err != nil && strings.Contains(err.Error(), "conntrack")
+	})
 }

@@ -276,6 +276,12 @@ func (s *Syncer) checkNetns() error {
 // slips between the read of the record and the write.
 func (s *Syncer) applyOwned(t *nft.Table) (nft.BatchStats, error) {
 	t.Comment = s.owner().Comment()
+	if s.own.foreign || s.takenOver() != nil {
+		// Writing over a table another owner held (or a record of one
+		// gone): what it let start is unknown, so the next conntrack
+		// cleanup judges every flow.
+		s.cleaned = nil
+	}
 	for i := 0; ; i++ {
 		batch, err := s.conn.ApplyGuarded(t, s.judge)
 		if errors.Is(err, nft.ErrGenerationChanged) && i < maxConflicts {

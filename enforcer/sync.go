@@ -32,10 +32,11 @@ type Syncer struct {
 	reported map[string]bool // problems logged and still there; syncMu held
 
 	// Conntrack cleanup (see FollowConntrack); syncMu held.
-	cleaner     *conntrack.Cleaner
-	cleaned     *nft.Table // the table the last cleanup brought conntrack in line with
-	cleanedOnce bool
-	cleanAll    bool // a repair rewrote the table: judge every flow at the next cleanup
+	cleaner *conntrack.Cleaner
+	// The table the last cleanup brought conntrack in line with; nil
+	// before the first one and after a repair or a take-back, when what
+	// the kernel enforced meanwhile is unknown: judge every flow then.
+	cleaned *nft.Table
 
 	mu           sync.Mutex
 	generation   uint64       // successful syncs so far
@@ -136,9 +137,14 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	}
 	start := time.Now()
 	table, problems := s.compiler.Compile(snap, prio)
+	// Every table, delta-written ones too, carries the record the kernel
+	// holds, so that it renders as what is programmed.
 	table.Comment = s.owner().Comment()
 	s.reportProblems(problems)
 	res := SyncResult{Table: table, CompileTime: time.Since(start)}
+	s.mu.Lock()
+	prev := s.last
+	s.mu.Unlock()
 	start = time.Now()
 	batch, err := s.write(table)
 	res.WriteTime = time.Since(start)
@@ -146,7 +152,7 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 		return res, err
 	}
 	res.Batch = batch
-	if err := s.cleanConntrack(table, batch.Messages > 0); err != nil {
+	if err := s.cleanConntrack(prev, table, batch.Messages > 0); err != nil {
 		return res, err
 	}
 	if batch.Messages > 0 {
@@ -237,7 +243,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 			// it): rewrite it whole.
 			s.mu.Lock()
 			s.repairs++
-			s.cleanAll = true
+			s.cleaned = nil
 			s.mu.Unlock()
 			break
 		}
@@ -253,7 +259,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 			s.log.Warn("our table was changed by someone else; rewriting it", zap.String("drift", drift))
 			s.mu.Lock()
 			s.repairs++
-			s.cleanAll = true
+			s.cleaned = nil
 			s.mu.Unlock()
 			break
 		}
@@ -345,8 +351,8 @@ func (s *Syncer) CheckDrift() (bool, error) {
 	s.mu.Unlock()
 	// Connections that started while the table was not what we programmed
 	// (flushed, dormant, a rule replaced) must not outlive the repair.
-	s.cleanAll = true
-	if err := s.cleanConntrack(last, true); err != nil {
+	s.cleaned = nil
+	if err := s.cleanConntrack(nil, last, true); err != nil {
 		return true, err
 	}
 	return true, nil
@@ -564,6 +570,29 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 		}
 		return true
 	}
+	// checkDrift runs a drift check. A failed one (the repair refused, the
+	// conntrack cleanup failed) makes the daemon unready with the reason and
+	// brings a sync of the last snapshot, retried with backoff like any
+	// failed sync, which writes the whole table if the repair left it
+	// unknown.
+	checkDrift := func() {
+		_, err := s.CheckDrift()
+		if err == nil {
+			return
+		}
+		s.mu.Lock()
+		s.lastErr = fmt.Errorf("drift check: %w", err)
+		s.mu.Unlock()
+		failures++
+		wait := retryAfter(t.Retry, failures)
+		s.log.Error("drift check failed; syncing again", zap.Error(err), zap.Duration("retry", wait))
+		if pending == nil {
+			pending, deadline = synced, time.Now()
+		}
+		if pending != nil {
+			timer.Reset(wait)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -579,9 +608,7 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 				continue // it writes nothing any more, repairs included
 			}
 			s.log.Info("another process committed to our table; checking it for drift now")
-			if _, err := s.CheckDrift(); err != nil {
-				s.log.Error("drift check failed", zap.Error(err))
-			}
+			checkDrift()
 		case snap := <-updates:
 			now := time.Now()
 			if pending == nil {
@@ -652,9 +679,7 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			if s.stopped() != nil || retake() {
 				continue
 			}
-			if _, err := s.CheckDrift(); err != nil {
-				s.log.Error("drift check failed", zap.Error(err))
-			}
+			checkDrift()
 		case <-netnsTicker.C:
 			if s.stopped() != nil || s.checkNetns() != nil {
 				continue
