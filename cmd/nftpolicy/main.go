@@ -486,16 +486,17 @@ func apply(cfg *config, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("nothing programmed: %w", err)
 	}
+	var cleanErr error
 	if cfg.conntrackCleanup {
 		// What was programmed before is not known here: every established
-		// flow the new table denies is stopped.
-		if err := cleanConntrack(cfg.netns, table, log); err != nil {
-			return fmt.Errorf("table programmed: %w", err)
-		}
+		// flow the new table denies is stopped. The table is programmed
+		// either way: a failure is part of the exit-3 summary, not exit 1
+		// ("nothing programmed").
+		cleanErr = cleanConntrack(cfg.netns, table, log)
 	}
 	log.Info("programmed table", zap.String("table", "inet "+table.Name), zap.Int32("priority", opts.Priority),
 		zap.Int("messages", batch.Messages), zap.Duration("apply", time.Since(start)))
-	return leftOut(objErrs, problems, nodeErr)
+	return leftOut(objErrs, problems, errors.Join(nodeErr, cleanErr))
 }
 
 // releaseAfterFirstSync hands the memory of the first sync back to the
@@ -586,8 +587,23 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		// A table already in the kernel is what the daemon before this one
 		// programmed (a restart, kill -9, an upgrade): the last good state.
 		_, err := conn.TableComment(cfg.table)
+		if err != nil && !errors.Is(err, nft.ErrNoTable) {
+			// Not knowing must not turn the restart protection off.
+			return fmt.Errorf("read table inet %s: %w", cfg.table, err)
+		}
 		programmed := err == nil
-		updates = watchManifests(ctx, cfg, log, src, programmed)
+		var tampered <-chan struct{}
+		if programmed {
+			// Ask the kernel to say when anyone else commits to the table
+			// kept at the start, while it is kept.
+			m, err := conn.Monitor(cfg.table)
+			if err != nil {
+				return fmt.Errorf("follow commits to table inet %s: %w", cfg.table, err)
+			}
+			defer m.Close()
+			tampered = m.Foreign()
+		}
+		updates = watchManifests(ctx, cfg, log, src, programmed, tampered)
 	}
 	go releaseAfterFirstSync(ctx, s)
 	// Run returns an error (ErrOwned) when another daemon started with this
@@ -729,17 +745,19 @@ func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 // does not parse, a kind typo or a differing duplicate would otherwise
 // drop objects and open pods. Until then the table from before the restart
 // (the last good state) stays, and the daemon is not ready, saying why.
-func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState, held bool) <-chan *k8s.Snapshot {
+func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState, held bool, tampered <-chan struct{}) <-chan *k8s.Snapshot {
 	snapshots := make(chan *k8s.Snapshot)
 	go func() {
 		nw := &nodeWatch{node: cfg.node, log: log}
 		var seen, sent *k8s.Snapshot // last from WatchDir, last to the Syncer
-		var seen2 *k8s.Snapshot      // last held back at the start, logged once
 		// emptied: since the last snapshot sent, the directory could not be
 		// listed or held no object.
 		emptied := false
-		var nodeErr error // of the last snapshot sent
-		for u := range k8s.WatchDir(ctx, cfg.manifests, cfg.poll) {
+		var nodeErr error      // of the last snapshot sent
+		var last k8s.DirUpdate // the newest update, handled again when the hold ends
+		// handle takes one update; false when ctx ended.
+		handle := func(u k8s.DirUpdate) bool {
+			last = u
 			var problems []error
 			if u.Err != nil {
 				// Metrics: count source errors here once the daemon has
@@ -748,7 +766,8 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 					zap.String("dir", cfg.manifests), k8s.ErrorField(u.Err))
 				problems = append(problems, u.Err)
 			}
-			problems = append(problems, notAsWritten(u.Errors))
+			objErr := notAsWritten(u.Errors)
+			problems = append(problems, objErr)
 			snap := u.Snapshot
 			if u.Unlisted || snap != nil && isEmpty(snap) {
 				emptied = true
@@ -787,13 +806,10 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 				problems = append(problems, fmt.Errorf("%s came back without any NetworkPolicy after it was removed or emptied, where %d were programmed; keeping the last programmed state until one comes back (--allow-empty to program no policy)", cfg.manifests, vanished))
 				snap = nil
 			}
-			if held && sent == nil && snap != nil && (u.Err != nil || notAsWritten(u.Errors) != nil) {
+			if held && sent == nil && snap != nil && (u.Err != nil || objErr != nil) {
 				problems = append(problems, fmt.Errorf("keeping the table programmed before this start until %s loads without errors", cfg.manifests))
-				if snap != seen2 {
-					seen2 = snap
-					log.Error("the manifests have errors and there is no last good version of them since the start; keeping the table programmed before it until they load cleanly",
-						zap.String("dir", cfg.manifests))
-				}
+				log.Error("the manifests have errors and there is no last good version of them since the start; keeping the table programmed before it until they load cleanly",
+					zap.String("dir", cfg.manifests))
 				snap = nil
 			}
 			if snap != nil && snap != sent {
@@ -801,13 +817,37 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 			}
 			src.set(sourceProblems("manifests source", append(problems, nodeErr)...))
 			if snap == nil || snap == sent {
-				continue
+				return true
 			}
 			sent, emptied = snap, false
 			select {
 			case snapshots <- snap:
+				return true
 			case <-ctx.Done():
-				return
+				return false
+			}
+		}
+		updates := k8s.WatchDir(ctx, cfg.manifests, cfg.poll)
+		for {
+			select {
+			case u, ok := <-updates:
+				if !ok || !handle(u) {
+					return
+				}
+			case <-tampered:
+				// While holding, the only copy of the last good state is
+				// the table itself: once someone else changes it (deletes
+				// it, makes it dormant), there is nothing left to keep,
+				// and what loads (failing closed where it can) is better
+				// than a table nobody repairs.
+				tampered = nil
+				if held && sent == nil {
+					held = false
+					log.Error("the table kept since the start was changed by someone else; programming what the manifests load", zap.String("dir", cfg.manifests))
+					if last.Snapshot != nil && !handle(last) {
+						return
+					}
+				}
 			}
 		}
 	}()

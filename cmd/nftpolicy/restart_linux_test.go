@@ -1,9 +1,11 @@
 package main
 
 import (
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
@@ -40,6 +42,27 @@ func TestIntegrationRestartWithBrokenManifestsKeepsTable(t *testing.T) {
 		d.cmd.Process.Kill()
 		d.wait()
 	}
+
+	// Held, and the kept table deleted by someone else: there is nothing
+	// left to keep, and a table nobody repairs is worse than what loads,
+	// so what loads is programmed (and the daemon stays unready).
+	writeFile(t, filepath.Join(dir, "policies.yaml"), clusterFile(t, "policies.yaml", "kind: NetworkPolicy\nmetadata:\n  namespace: x\n  name: default-deny", "kind: NetworkPolicyy\nmetadata:\n  namespace: x\n  name: default-deny"))
+	held := startDaemon(t, args...)
+	held.waitReadyz(t, 503, "keeping the table programmed before this start")
+	testns.Nft(t, ns, "", "delete", "table", "inet", "nftpolicy")
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", "nftpolicy").CombinedOutput()
+		if strings.Contains(string(out), "chain filter-forward") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no table programmed again within 15s after the kept one was deleted:\n%s", held.logText())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	held.cmd.Process.Kill()
+	held.wait()
 
 	// Fixed: programmed, without x/egress-to-y, and ready.
 	writeFile(t, filepath.Join(dir, "policies.yaml"), clusterFile(t, "policies.yaml", "name: egress-to-y", "name: egress-to-z"))
