@@ -689,9 +689,6 @@ func knownOtherKind(apiVersion, kind string) bool {
 	if i := strings.LastIndex(apiVersion, "/"); i >= 0 {
 		group = apiVersion[:i]
 	}
-	if apiVersion == "v1" {
-		group = "v1"
-	}
 	known, ours := otherKinds[group]
 	return !ours || known[kind]
 }

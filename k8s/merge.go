@@ -287,12 +287,7 @@ func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[o
 
 // String returns "Kind namespace/name", or "Kind name" for cluster-scoped
 // kinds.
-func (k objectKey) String() string {
-	if k.namespace == "" {
-		return k.kind + " " + k.name
-	}
-	return k.kind + " " + k.namespace + "/" + k.name
-}
+func (k objectKey) String() string { return objectName(k.kind, k.namespace, k.name) }
 
 // identical reports whether every definition is valid and equal to the
 // others after defaulting.
