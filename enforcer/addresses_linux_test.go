@@ -2,9 +2,6 @@ package enforcer
 
 import (
 	"testing"
-
-	"github.com/nftpolicy/nftpolicy/internal/testns"
-	"github.com/nftpolicy/nftpolicy/nft"
 )
 
 // Two isolated pods of this node holding one address made the kernel
@@ -30,9 +27,5 @@ func TestKernelDuplicateAddressDoesNotFreezeUpdates(t *testing.T) {
 	if res, err = s.Sync(&revoked); err != nil {
 		t.Fatalf("revocation after the duplicate: %v", err)
 	}
-	oracle := testns.New(t, "nftpt")
-	testns.Nft(t, oracle, nft.Render(res.Table), "-f", "-")
-	if got, want := testns.ListTable(t, ns, "nftpolicy"), testns.ListTable(t, oracle, "nftpolicy"); got != want {
-		t.Errorf("kernel differs from nft -f of the compiled table\n--- nft -f:\n%s\n--- ours:\n%s", want, got)
-	}
+	assertProgrammed(t, s, ns, res.Table)
 }

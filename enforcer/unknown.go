@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
@@ -38,15 +39,7 @@ func (c *Compiler) podCIDRs(nodes []*corev1.Node) ([]netip.Prefix, []Problem) {
 		return c.opts.PodCIDRs, nil
 	}
 	object := "Node " + c.opts.Node
-	i, ok := slices.BinarySearchFunc(nodes, c.opts.Node, func(n *corev1.Node, name string) int {
-		switch {
-		case n.Name < name:
-			return -1
-		case n.Name > name:
-			return 1
-		}
-		return 0
-	})
+	i, ok := slices.BinarySearchFunc(nodes, c.opts.Node, func(n *corev1.Node, name string) int { return strings.Compare(n.Name, name) })
 	if !ok {
 		return nil, []Problem{{Object: object, Err: fmt.Errorf("no Node object and no pod CIDRs given: --default-deny-unknown closes nothing")}}
 	}
