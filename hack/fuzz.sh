@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs each `go test -fuzz` target for FUZZTIME (default 5m; hack/test.sh
-# runs them for seconds). FUZZ=FuzzCompile runs only that one. A failing
+# Runs each `go test -fuzz` target for FUZZTIME (default 5m; a count such as
+# 3000x is inputs, which hack/test.sh uses to stay clear of the deadline). FUZZ=FuzzCompile runs only that one. A failing
 # input is written to the package's testdata/fuzz/<Target>/ and the command
 # to rerun it is printed; plain `go test` runs every checked-in corpus.
 # FuzzCompile loads tables into a kernel as root (a namespace per process).
