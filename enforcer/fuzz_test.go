@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nftpolicy/nftpolicy/internal/reference"
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -23,7 +24,7 @@ import (
 // the fuzz input by genCluster, and checks two properties:
 //
 //   - every connection the packet tracer (nft.Trace over the compiled
-//     table) decides as the reference evaluator (reference_test.go, written
+//     table) decides as the reference evaluator (internal/reference, written
 //     from the NetworkPolicy API documentation, independent of the
 //     compiler) decides it: from every address to every address of its
 //     family (pod IPs, node IPs, outside addresses), TCP/UDP/SCTP to a few
@@ -58,7 +59,7 @@ func FuzzCompile(f *testing.F) {
 // verdict with the reference's.
 func checkAgainstReference(t *testing.T, gc *genned, table *nft.Table) {
 	t.Helper()
-	ref := newReference(gc.snap, testNode)
+	ref := reference.New(gc.snap, testNode)
 	var diffs []string
 	protos := []nft.Proto{nft.ProtoTCP, nft.ProtoUDP, nft.ProtoSCTP}
 	for _, src := range gc.addrs {
@@ -66,29 +67,29 @@ func checkAgainstReference(t *testing.T, gc *genned, table *nft.Table) {
 			if src.Is4() != dst.Is4() {
 				continue
 			}
-			var conns []refConn
+			var conns []reference.Conn
 			for _, proto := range protos {
 				for _, port := range fuzzProbePorts {
-					conns = append(conns, refConn{src: src, dst: dst, proto: proto, port: port})
+					conns = append(conns, reference.Conn{Src: src, Dst: dst, Proto: proto, Port: port})
 				}
 			}
-			icmp := refConn{src: src, dst: dst, proto: nft.ProtoICMP}
+			icmp := reference.Conn{Src: src, Dst: dst, Proto: nft.ProtoICMP}
 			if src.Is6() {
-				icmp.proto = nft.ProtoICMPv6
+				icmp.Proto = nft.ProtoICMPv6
 			}
 			conns = append(conns, icmp)
 			if src == dst {
 				// Hairpinned through a Service, as well as forged.
 				for _, c := range conns {
-					c.dnat = true
+					c.DNAT = true
 					conns = append(conns, c)
 				}
 			}
 			for _, c := range conns {
-				pkt := nft.Packet{Src: c.src, Dst: c.dst, Proto: c.proto, Dport: c.port, Mark: gc.mark, DNAT: c.dnat}
-				if c.proto == nft.ProtoICMP {
+				pkt := nft.Packet{Src: c.Src, Dst: c.Dst, Proto: c.Proto, Dport: c.Port, Mark: gc.mark, DNAT: c.DNAT}
+				if c.Proto == nft.ProtoICMP {
 					pkt.ICMPType = 8 // echo request
-				} else if c.proto == nft.ProtoICMPv6 {
+				} else if c.Proto == nft.ProtoICMPv6 {
 					pkt.ICMPType = 128
 				}
 				res, err := nft.Trace(table, "filter-forward", pkt)
@@ -99,7 +100,7 @@ func checkAgainstReference(t *testing.T, gc *genned, table *nft.Table) {
 				if got && res.Mark != gc.mark {
 					t.Errorf("%s leaves with mark 0x%08x, want 0x%08x\n%s", gc.name(c), res.Mark, gc.mark, strings.Join(res.Path, "\n"))
 				}
-				if want := ref.allowed(c); got != want {
+				if want := ref.Allowed(c); got != want {
 					diffs = append(diffs, fmt.Sprintf("  %s: compiled allowed=%v, reference %v\n    %s",
 						gc.name(c), got, want, strings.Join(res.Path, "\n    ")))
 				}
@@ -157,12 +158,12 @@ type genned struct {
 	admit bool   // the objects went through k8s.Admit
 }
 
-func (gc *genned) name(c refConn) string {
+func (gc *genned) name(c reference.Conn) string {
 	dnat := ""
-	if c.dnat {
+	if c.DNAT {
 		dnat = " (dnat)"
 	}
-	return fmt.Sprintf("%s→%s %s/%d%s", gc.names[c.src], gc.names[c.dst], c.proto, c.port, dnat)
+	return fmt.Sprintf("%s→%s %s/%d%s", gc.names[c.Src], gc.names[c.Dst], c.Proto, c.Port, dnat)
 }
 
 // yaml renders the cluster for a failure message: a reproducer.
@@ -255,8 +256,8 @@ func genCluster(t *testing.T, data []byte) *genned {
 
 	addrs := map[netip.Addr]string{}
 	for _, p := range gc.snap.Pods {
-		for _, a := range podAddrs(p) {
-			if addrs[a] == "" || takesPart(p) {
+		for _, a := range reference.PodAddrs(p) {
+			if addrs[a] == "" || reference.TakesPart(p) {
 				addrs[a] = p.Namespace + "/" + p.Name
 			}
 		}

@@ -1,4 +1,4 @@
-package enforcer
+package reference
 
 import (
 	"net/netip"
@@ -13,46 +13,31 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
-// This file is the reference evaluator of FuzzCompile: NetworkPolicy read
-// straight from the API documentation (the doc comments of
-// k8s.io/api/networking/v1 and
-// https://kubernetes.io/docs/concepts/services-networking/network-policies/),
-// one connection at a time, with no table, set or chain in sight. It must
-// not call the compiler: its worth is that it is written independently.
-// It reads the snapshot as the API server would hand it out, so it applies
-// the API defaults itself (a port without protocol is TCP, policyTypes from
-// the rules, the kubernetes.io/metadata.name label on every namespace).
-//
-// Besides the API, it follows the node's part in the design (DESIGN.md):
-// ingress and egress are enforced for the pods of this node only, peers
-// come from the whole cluster; a pod may always reach itself; pods in phase
-// Succeeded or Failed, without an IP, or on the host network take no part
-// (their addresses are ordinary addresses).
-
-// A refConn is the first packet of a connection.
-type refConn struct {
-	src, dst netip.Addr
-	proto    nft.Proto
-	port     uint16 // destination port; 0 for ICMP
-	// dnat: the destination was translated on the way (a Service address
+// A Conn is the first packet of a connection.
+type Conn struct {
+	Src, Dst netip.Addr
+	Proto    nft.Proto
+	Port     uint16 // destination port; 0 for ICMP
+	// DNAT: the destination was translated on the way (a Service address
 	// to an endpoint). A pod's packets to itself cross the node only so,
 	// hairpinned through a Service; one that arrives untranslated with the
 	// pod's own address as source and destination is forged.
-	dnat bool
+	DNAT bool
 }
 
-// A reference evaluates connections in one snapshot for one node.
-type reference struct {
+// An Evaluator decides connections in one snapshot for one node.
+type Evaluator struct {
 	snap *k8s.Snapshot
 	node string
 	pods map[netip.Addr]*corev1.Pod // the pods taking part, by address
 }
 
-func newReference(snap *k8s.Snapshot, node string) reference {
-	r := reference{snap: snap, node: node, pods: map[netip.Addr]*corev1.Pod{}}
+// New returns the evaluator of snap as seen by node.
+func New(snap *k8s.Snapshot, node string) Evaluator {
+	r := Evaluator{snap: snap, node: node, pods: map[netip.Addr]*corev1.Pod{}}
 	for _, p := range snap.Pods {
-		if takesPart(p) {
-			for _, a := range podAddrs(p) {
+		if TakesPart(p) {
+			for _, a := range PodAddrs(p) {
 				r.pods[a] = p
 			}
 		}
@@ -60,13 +45,13 @@ func newReference(snap *k8s.Snapshot, node string) reference {
 	return r
 }
 
-// allowed decides a connection: the egress check of its source, when that
+// Allowed decides a connection: the egress check of its source, when that
 // is a pod of this node isolated for egress, and the ingress check of its
 // destination, when that is a pod of this node isolated for ingress. A pod
-// may always reach itself (through a Service: see refConn.dnat).
-func (r reference) allowed(c refConn) bool {
-	src, dst := r.podAt(c.src), r.podAt(c.dst)
-	if src != nil && src == dst && c.dnat {
+// may always reach itself (through a Service: see Conn.DNAT).
+func (r Evaluator) Allowed(c Conn) bool {
+	src, dst := r.podAt(c.Src), r.podAt(c.Dst)
+	if src != nil && src == dst && c.DNAT {
 		return true
 	}
 	if src != nil && src.Spec.NodeName == r.node {
@@ -82,14 +67,15 @@ func (r reference) allowed(c refConn) bool {
 	return true
 }
 
-// takesPart: "pods in phase Succeeded/Failed, without IP, or hostNetwork
-// take no part".
-func takesPart(p *corev1.Pod) bool {
+// TakesPart reports whether p takes part in policy: pods in phase Succeeded
+// or Failed, without an IP, or on the host network do not.
+func TakesPart(p *corev1.Pod) bool {
 	return !p.Spec.HostNetwork && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
-		len(podAddrs(p)) > 0
+		len(PodAddrs(p)) > 0
 }
 
-func podAddrs(p *corev1.Pod) []netip.Addr {
+// PodAddrs is every address of p: status.podIP and status.podIPs, once each.
+func PodAddrs(p *corev1.Pod) []netip.Addr {
 	var out []netip.Addr
 	for _, s := range append([]string{p.Status.PodIP}, podIPStrings(p)...) {
 		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, a) {
@@ -108,12 +94,12 @@ func podIPStrings(p *corev1.Pod) []string {
 }
 
 // podAt is the pod taking part that has the address, or nil.
-func (r reference) podAt(a netip.Addr) *corev1.Pod { return r.pods[a] }
+func (r Evaluator) podAt(a netip.Addr) *corev1.Pod { return r.pods[a] }
 
 // namespaceLabels are a namespace's labels with the immutable
 // kubernetes.io/metadata.name label the control plane sets on every
 // namespace.
-func (r reference) namespaceLabels(name string) map[string]string {
+func (r Evaluator) namespaceLabels(name string) map[string]string {
 	out := map[string]string{}
 	for _, ns := range r.snap.Namespaces {
 		if ns.Name == name {
@@ -145,7 +131,7 @@ func effectiveTypes(np *networkingv1.NetworkPolicy) []networkingv1.PolicyType {
 // isolating lists the policies that select pod (podSelector, within the
 // policy's namespace) and apply to the direction: the pod is isolated for
 // it when there is at least one.
-func (r reference) isolating(pod *corev1.Pod, t networkingv1.PolicyType) []*networkingv1.NetworkPolicy {
+func (r Evaluator) isolating(pod *corev1.Pod, t networkingv1.PolicyType) []*networkingv1.NetworkPolicy {
 	var out []*networkingv1.NetworkPolicy
 	for _, np := range r.snap.Policies {
 		if np.Namespace == pod.Namespace && slices.Contains(effectiveTypes(np), t) && selectorMatches(&np.Spec.PodSelector, pod.Labels) {
@@ -160,10 +146,10 @@ func (r reference) isolating(pod *corev1.Pod, t networkingv1.PolicyType) []*netw
 // source matches one of its from peers (all sources when from is empty or
 // missing) and the connection one of its ports (all when ports is empty
 // or missing).
-func (r reference) anyIngressAllows(pols []*networkingv1.NetworkPolicy, c refConn, src, dst *corev1.Pod) bool {
+func (r Evaluator) anyIngressAllows(pols []*networkingv1.NetworkPolicy, c Conn, src, dst *corev1.Pod) bool {
 	for _, np := range pols {
 		for _, rule := range np.Spec.Ingress {
-			if r.peersMatch(np.Namespace, rule.From, c.src, src) && portsMatch(rule.Ports, c, dst) {
+			if r.peersMatch(np.Namespace, rule.From, c.Src, src) && portsMatch(rule.Ports, c, dst) {
 				return true
 			}
 		}
@@ -171,10 +157,10 @@ func (r reference) anyIngressAllows(pols []*networkingv1.NetworkPolicy, c refCon
 	return false
 }
 
-func (r reference) anyEgressAllows(pols []*networkingv1.NetworkPolicy, c refConn, dst *corev1.Pod) bool {
+func (r Evaluator) anyEgressAllows(pols []*networkingv1.NetworkPolicy, c Conn, dst *corev1.Pod) bool {
 	for _, np := range pols {
 		for _, rule := range np.Spec.Egress {
-			if r.peersMatch(np.Namespace, rule.To, c.dst, dst) && portsMatch(rule.Ports, c, dst) {
+			if r.peersMatch(np.Namespace, rule.To, c.Dst, dst) && portsMatch(rule.Ports, c, dst) {
 				return true
 			}
 		}
@@ -187,7 +173,7 @@ func (r reference) anyEgressAllows(pols []*networkingv1.NetworkPolicy, c refConn
 // contains at least one item, this rule allows traffic only if the traffic
 // matches at least one item in the from list." addr is the peer's address,
 // pod the pod taking part that has it, if any.
-func (r reference) peersMatch(policyNS string, peers []networkingv1.NetworkPolicyPeer, addr netip.Addr, pod *corev1.Pod) bool {
+func (r Evaluator) peersMatch(policyNS string, peers []networkingv1.NetworkPolicyPeer, addr netip.Addr, pod *corev1.Pod) bool {
 	if len(peers) == 0 {
 		return true
 	}
@@ -235,7 +221,7 @@ func ipBlockContains(b *networkingv1.IPBlock, a netip.Addr) bool {
 // ports (traffic not restricted by port). If this field is present and
 // contains at least one item, then this rule allows traffic only if the
 // traffic matches at least one port in the list."
-func portsMatch(ports []networkingv1.NetworkPolicyPort, c refConn, dst *corev1.Pod) bool {
+func portsMatch(ports []networkingv1.NetworkPolicyPort, c Conn, dst *corev1.Pod) bool {
 	if len(ports) == 0 {
 		return true
 	}
@@ -254,12 +240,12 @@ func portsMatch(ports []networkingv1.NetworkPolicyPort, c refConn, dst *corev1.P
 // matched"; "endPort indicates that the range of ports from port to
 // endPort if set, inclusive, should be allowed". A named port is the pod's:
 // the destination's container port of that name and protocol.
-func portMatches(p networkingv1.NetworkPolicyPort, c refConn, dst *corev1.Pod) bool {
+func portMatches(p networkingv1.NetworkPolicyPort, c Conn, dst *corev1.Pod) bool {
 	proto := corev1.ProtocolTCP
 	if p.Protocol != nil {
 		proto = *p.Protocol
 	}
-	if refProto(proto) != c.proto {
+	if refProto(proto) != c.Proto {
 		return false
 	}
 	switch {
@@ -270,7 +256,7 @@ func portMatches(p networkingv1.NetworkPolicyPort, c refConn, dst *corev1.Pod) b
 		if p.EndPort != nil {
 			last = *p.EndPort
 		}
-		return int32(c.port) >= p.Port.IntVal && int32(c.port) <= last
+		return int32(c.Port) >= p.Port.IntVal && int32(c.Port) <= last
 	}
 	if dst == nil {
 		return false
@@ -281,7 +267,7 @@ func portMatches(p networkingv1.NetworkPolicyPort, c refConn, dst *corev1.Pod) b
 			if cpProto == "" {
 				cpProto = corev1.ProtocolTCP // the API default of a container port
 			}
-			if cp.Name == p.Port.StrVal && cpProto == proto && cp.ContainerPort == int32(c.port) {
+			if cp.Name == p.Port.StrVal && cpProto == proto && cp.ContainerPort == int32(c.Port) {
 				return true
 			}
 		}
