@@ -25,7 +25,7 @@ const elementsPerMessage = 512
 // Every operation builds its own google/nftables connection: messages queue
 // inside that object until Flush, so a batch abandoned halfway (an encoding
 // error) is dropped with it and can never leak into the next batch. Batches
-// reach the kernel through a batchTransport of their own (see gen_linux.go),
+// reach the kernel through a batchTransport of their own (see transport_linux.go),
 // which adds the generation check and reads back the generation committed.
 // The netlink socket under them is kept from one batch to the next, drained
 // in between; one whose socket failed is closed. A Conn may be used from
