@@ -1,0 +1,148 @@
+package nft
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Connecting to nf_tables: a Conn, the namespace it works in, the sockets
+// and their buffers, and the one query that needs no table (BaseChains).
+// A Conn is a handle on nf_tables in one network namespace.
+//
+// Every operation builds its own google/nftables connection: messages queue
+// inside that object until Flush, so a batch abandoned halfway (an encoding
+// error) is dropped with it and can never leak into the next batch. Batches
+// reach the kernel through a batchTransport of their own (see transport_linux.go),
+// which adds the generation check and reads back the generation committed.
+// The netlink socket under them is kept from one batch to the next, drained
+// in between; one whose socket failed is closed. A Conn may be used from
+// several goroutines; Close releases the socket.
+type Conn struct {
+	nsFd int    // -1 when operating in the caller's own namespace
+	path string // of the namespace nsFd holds, for CheckNetns
+
+	mu     sync.Mutex
+	idle   *netlink.Conn // socket of the last batch, for the next one
+	closed bool
+
+	ports ownPorts // of the batch sockets, to tell our commits (see Monitor.Foreign)
+}
+
+// newBatch returns a fresh google/nftables connection with an empty message
+// queue, in this Conn's namespace, for reading. Batches that write use
+// newBatchConn.
+func (c *Conn) newBatch() (*nftables.Conn, error) {
+	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers)}
+	if c.nsFd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(c.nsFd))
+	}
+	return nftables.New(opts...)
+}
+
+// Socket buffer sizes for a batch. A batch goes to the kernel in a single
+// sendmsg, which netlink refuses (EMSGSIZE) when it exceeds the socket's send
+// buffer, and the kernel queues one ack per message, which overflows a small
+// receive buffer (ENOBUFS). nft itself raises both with the *FORCE options,
+// which need CAP_NET_ADMIN, as writing nf_tables does anyway. These are
+// limits, not allocations: the kernel only uses what a batch needs.
+const (
+	sendBufferBytes    = 512 << 20
+	receiveBufferBytes = 64 << 20
+)
+
+func largeBuffers(conn *netlink.Conn) error {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBufferBytes); serr != nil {
+			return
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, receiveBufferBytes)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// Open connects to nf_tables in the network namespace netns: "" for the
+// current one, a name under /run/netns (as `ip netns add` makes), or a path
+// to a namespace file such as /proc/PID/ns/net.
+func Open(netns string) (*Conn, error) {
+	if netns == "" {
+		return &Conn{nsFd: -1}, nil
+	}
+	path := netns
+	if !strings.Contains(netns, "/") {
+		path = "/run/netns/" + netns
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	return &Conn{nsFd: fd, path: path}, nil
+}
+
+// Close releases the namespace handle.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	if idle != nil {
+		idle.Close()
+	}
+	if c.nsFd >= 0 {
+		return unix.Close(c.nsFd)
+	}
+	return nil
+}
+
+// BaseChains lists every base chain on the given hook in this namespace, in
+// the families that see routed IP traffic (ip, ip6, inet).
+func (c *Conn) BaseChains(hook string) ([]BaseChain, error) {
+	want, err := hookNum(hook)
+	if err != nil {
+		return nil, err
+	}
+	nl, err := c.newBatch()
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	chains, err := nl.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	var out []BaseChain
+	for _, ch := range chains {
+		if ch.Hooknum == nil || ch.Priority == nil || *ch.Hooknum != *want {
+			continue
+		}
+		fam, ok := familyName(ch.Table.Family)
+		if !ok {
+			continue
+		}
+		out = append(out, BaseChain{Family: fam, Table: ch.Table.Name, Name: ch.Name, Type: string(ch.Type), Hook: hook, Priority: int32(*ch.Priority)})
+	}
+	return out, nil
+}
+
+func familyName(f nftables.TableFamily) (Family, bool) {
+	switch f {
+	case nftables.TableFamilyINet:
+		return FamilyInet, true
+	case nftables.TableFamilyIPv4:
+		return FamilyIPv4, true
+	case nftables.TableFamilyIPv6:
+		return FamilyIPv6, true
+	}
+	return "", false
+}
