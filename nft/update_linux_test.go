@@ -9,40 +9,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
 
-// clone deep-copies a table so a step can change it freely.
-func clone(t *Table) *Table {
-	out := &Table{Family: t.Family, Name: t.Name}
-	for _, s := range t.Sets {
-		c := *s
-		c.Elements = slices.Clone(s.Elements)
-		out.Sets = append(out.Sets, &c)
-	}
-	for _, ch := range t.Chains {
-		c := *ch
-		c.Rules = slices.Clone(ch.Rules)
-		out.Chains = append(out.Chains, &c)
-	}
-	return out
-}
-
-func setNamed(t *Table, name string) *Set {
-	for _, s := range t.Sets {
-		if s.Name == name {
-			return s
-		}
-	}
-	panic("no set " + name)
-}
-
-func chainNamed(t *Table, name string) *Chain {
-	for _, c := range t.Chains {
-		if c.Name == name {
-			return c
-		}
-	}
-	panic("no chain " + name)
-}
-
 // TestKernelUpdate walks a table through a series of changes with Update,
 // each in one batch, and after every step requires the kernel to list
 // exactly what nft -f of the whole desired table lists, and Drift to find
