@@ -114,3 +114,37 @@ func (d *Delta) Set(old, new *Set) {
 		d.UpdateSets = append(d.UpdateSets, SetUpdate{Old: old, New: new})
 	}
 }
+
+// changes returns the elements the update removes and adds: Removed and
+// Added when they are exact, otherwise what comparing Old with New finds.
+func (u SetUpdate) changes() (gone, came []Element) {
+	if u.Exact {
+		return u.Removed, u.Added
+	}
+	return diffElements(u.Old, u.New)
+}
+
+// diffElements returns the elements old has and new has not, and the
+// reverse. It compares model elements: its cost follows the size of the
+// sets, but it never encodes what stays.
+func diffElements(old, new *Set) (gone, came []Element) {
+	had := make(map[Element]bool, len(old.Elements))
+	for _, e := range old.Elements {
+		had[e] = true
+	}
+	has := make(map[Element]bool, len(new.Elements))
+	for _, e := range new.Elements {
+		has[e] = true
+	}
+	for _, e := range old.Elements {
+		if !has[e] {
+			gone = append(gone, e)
+		}
+	}
+	for _, e := range new.Elements {
+		if !had[e] {
+			came = append(came, e)
+		}
+	}
+	return gone, came
+}

@@ -192,3 +192,88 @@ func addrRangeOf(e Element) netipx.IPRange {
 	}
 	return netipx.IPRangeFrom(e.Addr, last)
 }
+
+// RenderDelta prints what writing d over the table the kernel holds sends
+// to reach new (Conn.WriteDeltaAt with the same arguments), as `nft -f`
+// commands, one per line and in the order of the batch: chains and sets
+// added, elements deleted and added, chains flushed and refilled, rules of
+// the added chains, chains and sets deleted. The output is deterministic,
+// so a delta can be logged and compared with a golden file, and loading it
+// with `nft -f` over the old table yields new (checked by the kernel
+// tests), as knftables' Transaction.String does for its transactions.
+//
+// A Full delta replaces the whole table: a comment with its reason, then
+// Render(new). An empty delta sends nothing and prints "".
+func RenderDelta(d *Delta, new *Table) string {
+	if d.Full {
+		return "# replace the whole table: " + d.Reason + "\n" + Render(new)
+	}
+	var b strings.Builder
+	tbl := fmt.Sprintf("%s %s", new.Family, new.Name)
+	for _, c := range d.AddChains {
+		fmt.Fprintf(&b, "add chain %s %s", tbl, c.Name)
+		if h := c.Hook; h != nil {
+			fmt.Fprintf(&b, " { type %s hook %s priority %s; policy %s; }", h.Type, h.Hook, renderPriority(h.Priority), h.Policy)
+		}
+		b.WriteString("\n")
+	}
+	for _, s := range d.AddSets {
+		kind, typ := "set", keyTypeName(s.Key)
+		if s.Verdict {
+			kind, typ = "map", typ+" : verdict"
+		}
+		fmt.Fprintf(&b, "add %s %s %s { type %s;", kind, tbl, s.Name, typ)
+		if s.Interval {
+			b.WriteString(" flags interval;")
+		}
+		if s.Comment != "" {
+			fmt.Fprintf(&b, " comment %q;", s.Comment)
+		}
+		b.WriteString(" }\n")
+		renderElements(&b, "add", tbl, s, s.Elements)
+	}
+	for _, u := range d.UpdateSets {
+		gone, came := u.changes()
+		renderElements(&b, "delete", tbl, u.Old, gone)
+		renderElements(&b, "add", tbl, u.New, came)
+	}
+	for _, c := range d.RewriteChains {
+		fmt.Fprintf(&b, "flush chain %s %s\n", tbl, c.Name)
+		renderRules(&b, tbl, c)
+	}
+	for _, c := range d.AddChains {
+		renderRules(&b, tbl, c)
+	}
+	for _, name := range d.DeleteChains {
+		fmt.Fprintf(&b, "flush chain %s %s\n", tbl, name)
+	}
+	for _, name := range d.DeleteChains {
+		fmt.Fprintf(&b, "delete chain %s %s\n", tbl, name)
+	}
+	for _, name := range d.DeleteSets {
+		fmt.Fprintf(&b, "delete set %s %s\n", tbl, name)
+	}
+	return b.String()
+}
+
+// renderElements prints one `add element` or `delete element` command for
+// elems of s, or nothing when there are none.
+func renderElements(b *strings.Builder, verb, tbl string, s *Set, elems []Element) {
+	if len(elems) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%s element %s %s { ", verb, tbl, s.Name)
+	for i, e := range elems {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(renderElement(s, e))
+	}
+	b.WriteString(" }\n")
+}
+
+func renderRules(b *strings.Builder, tbl string, c *Chain) {
+	for _, r := range c.Rules {
+		fmt.Fprintf(b, "add rule %s %s %s\n", tbl, c.Name, RenderRule(r))
+	}
+}

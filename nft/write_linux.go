@@ -339,7 +339,6 @@ func (b *writer) addSet(s *Set) error {
 // exactly: a range is a start and an end element, and the leading end
 // element at the zero address comes and goes with the first range.
 func (b *writer) updateElements(u SetUpdate) error {
-	gone, came := u.Removed, u.Added
 	if !u.Exact {
 		// An exact patch of a large set is trusted to keep it valid (the
 		// incremental tests check it against the full set); anything else
@@ -347,8 +346,8 @@ func (b *writer) updateElements(u SetUpdate) error {
 		if err := u.New.Validate(); err != nil {
 			return err
 		}
-		gone, came = diffElements(u.Old, u.New)
 	}
+	gone, came := u.changes()
 	del, add, err := elementDelta(u.Old, u.New, gone, came)
 	if err != nil {
 		return err
@@ -358,31 +357,6 @@ func (b *writer) updateElements(u SetUpdate) error {
 		return err
 	}
 	return b.elements(ns, add, true)
-}
-
-// diffElements returns the elements old has and new has not, and the
-// reverse. It compares model elements: its cost follows the size of the
-// sets, but it never encodes what stays.
-func diffElements(old, new *Set) (gone, came []Element) {
-	had := make(map[Element]bool, len(old.Elements))
-	for _, e := range old.Elements {
-		had[e] = true
-	}
-	has := make(map[Element]bool, len(new.Elements))
-	for _, e := range new.Elements {
-		has[e] = true
-	}
-	for _, e := range old.Elements {
-		if !has[e] {
-			gone = append(gone, e)
-		}
-	}
-	for _, e := range new.Elements {
-		if !had[e] {
-			came = append(came, e)
-		}
-	}
-	return gone, came
 }
 
 // elements queues additions (or deletions) in messages of at most
