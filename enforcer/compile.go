@@ -375,7 +375,7 @@ const (
 // egress check of the sending pod, then the ingress check of the receiver.
 func (c *Compiler) forwardChain(priority int32) *nft.Chain {
 	ch := &nft.Chain{
-		Name: "filter-forward",
+		Name: forwardChainName(),
 		Hook: &nft.Hook{Type: "filter", Hook: "forward", Priority: priority, Policy: nft.Accept},
 		Rules: []nft.Rule{{
 			Exprs:   []nft.Expr{nft.CtStateEstablishedRelated{}, nft.Verdict{Kind: nft.Accept}},

@@ -94,6 +94,7 @@ func (s *Syncer) Owner() nft.Owner {
 func (s *Syncer) owner() nft.Owner {
 	if s.own.me.Token == "" {
 		s.own.me = nft.NewOwner(time.Now())
+		s.own.me.Layout = layoutVersion()
 	}
 	return s.own.me
 }
@@ -186,6 +187,11 @@ func (s *Syncer) judge(comment string, exists bool) error {
 		return err
 	}
 	fields := []zap.Field{table, zap.String("owner", rec.ID()), zap.Time("ownerSince", rec.Since), zap.String("self", me.ID())}
+	if rec.Layout != me.Layout {
+		// The whole-table write that follows moves the kernel from the
+		// other layout to ours in one transaction (see Layout).
+		fields = append(fields, zap.Int("ownerLayout", rec.Layout), zap.Int("layout", me.Layout))
+	}
 	switch {
 	case alive && s.own.owned:
 		// Taken over, even if we were told to take over ourselves: that

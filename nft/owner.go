@@ -17,7 +17,7 @@ import (
 // silently taking turns rewriting the table with it. `nft list table`
 // shows it as
 //
-//	comment "nftpolicy owner=node-1/4242/9f86d081884c7d65 since=2026-11-30T20:43:38Z"
+//	comment "nftpolicy owner=node-1/4242/9f86d081884c7d65 since=2026-11-30T20:43:38Z layout=2"
 //
 // Host and PID are for the human reading it; Token is random per process
 // and is what identifies the owner and its liveness beacon (see
@@ -28,6 +28,12 @@ type Owner struct {
 	PID   int
 	Token string // 16 hex digits
 	Since time.Time
+	// Layout is the version of the table layout the owner writes (its
+	// chains, sets and marks: enforcer.Layout); 0 in a record written
+	// before records carried one. A daemon that finds another layout
+	// still replaces the whole table in one transaction, as on any start;
+	// the version tells the reader of `nft list` and the log what moved.
+	Layout int
 }
 
 // ownerPrefix starts every owner record.
@@ -64,7 +70,11 @@ func (o Owner) ID() string { return fmt.Sprintf("%s/%d/%s", o.Host, o.PID, o.Tok
 
 // Comment is the record as the table's comment holds it.
 func (o Owner) Comment() string {
-	return ownerPrefix + o.ID() + " since=" + o.Since.UTC().Format(time.RFC3339)
+	c := ownerPrefix + o.ID() + " since=" + o.Since.UTC().Format(time.RFC3339)
+	if o.Layout > 0 {
+		c += " layout=" + strconv.Itoa(o.Layout)
+	}
+	return c
 }
 
 // String is Comment.
@@ -86,6 +96,15 @@ func ParseOwner(comment string) (Owner, bool) {
 	if !ok {
 		return Owner{}, false
 	}
+	layout := 0
+	since, l, found := strings.Cut(since, " layout=")
+	if found {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			return Owner{}, false
+		}
+		layout = n
+	}
 	t, err := time.Parse(time.RFC3339, since)
 	if err != nil {
 		return Owner{}, false
@@ -103,7 +122,7 @@ func ParseOwner(comment string) (Owner, bool) {
 	if err != nil || token == "" || j == 0 {
 		return Owner{}, false
 	}
-	return Owner{Host: id[:j], PID: pid, Token: token, Since: t}, true
+	return Owner{Host: id[:j], PID: pid, Token: token, Since: t, Layout: layout}, true
 }
 
 // ErrNetnsGone reports that the network namespace a Conn was opened on can

@@ -21,7 +21,17 @@ func TestOwnerRecordRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(o.Comment(), "nftpolicy owner=node-1.example/") || !strings.HasSuffix(o.Comment(), " since=2026-11-30T20:43:38Z") {
 		t.Errorf("record %q", o.Comment())
 	}
-	for _, bad := range []string{"", "written by hand", "nftpolicy owner=x since=2026-11-30T20:43:38Z", "nftpolicy owner=a/b/c since=yesterday"} {
+	// With a layout version, as a daemon writes it; without, as one from
+	// before layouts were recorded did (Layout 0).
+	o.Layout = 2
+	if got, ok := ParseOwner(o.Comment()); !ok || !got.Same(o) || got.Layout != 2 || !strings.HasSuffix(o.Comment(), " since=2026-11-30T20:43:38Z layout=2") {
+		t.Errorf("ParseOwner(%q) = %+v, %v; want layout 2", o.Comment(), got, ok)
+	}
+	if got, ok := ParseOwner("nftpolicy owner=h/1/ab since=2026-11-30T20:43:38Z"); !ok || got.Layout != 0 {
+		t.Errorf("a record without layout = %+v, %v; want layout 0", got, ok)
+	}
+	for _, bad := range []string{"", "written by hand", "nftpolicy owner=x since=2026-11-30T20:43:38Z", "nftpolicy owner=a/b/c since=yesterday",
+		"nftpolicy owner=h/1/ab since=2026-11-30T20:43:38Z layout=", "nftpolicy owner=h/1/ab since=2026-11-30T20:43:38Z layout=0", "nftpolicy owner=h/1/ab since=2026-11-30T20:43:38Z layout=x"} {
 		if o, ok := ParseOwner(bad); ok {
 			t.Errorf("ParseOwner(%q) = %+v, want not a record", bad, o)
 		}

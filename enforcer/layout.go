@@ -1,0 +1,48 @@
+package enforcer
+
+// Layout is the version of the table layout this build writes: the names,
+// types and keys of the base chain, maps and sets, the order of the base
+// chain's rules and the meaning of the mark bits. It goes into the table's
+// owner record (nft.Owner.Layout), so `nft list table inet nftpolicy` and
+// the log say which layout the kernel holds.
+//
+// A daemon never updates a table it did not write in this run by delta:
+// its first write after start (and any take-over or repair) replaces the
+// whole table in one transaction (nft.Conn.Apply: add, delete and create
+// the table, then every chain, set and rule, in one batch). So moving from
+// any layout to this one, older or newer, is one commit in the kernel, and
+// each packet sees the old table or the new one, never neither or half.
+// Raise Layout with any change of the above; nothing else needs to.
+//
+// Records without a version (Layout 0) were written before versions were
+// recorded; the layout they describe predates the self-exemption rule that
+// needs fib and the DNAT status (version 2).
+const Layout = 2
+
+// previousLayout is set, at link time only, by the tests of an upgrade
+// under probing (hack/e2e), which need two builds whose layouts differ:
+//
+//	go build -ldflags "-X github.com/nftpolicy/nftpolicy/enforcer.previousLayout=yes"
+//
+// Such a build records Layout-1 and names its base chain differently, so
+// that it and this layout share no hook: a move between them that were not
+// one transaction would leave a moment with no filter, or with two. It is
+// a stand-in for an older release, not the real one. Never set it in a
+// release build.
+var previousLayout string
+
+// layoutVersion is the layout this binary writes.
+func layoutVersion() int {
+	if previousLayout != "" {
+		return Layout - 1
+	}
+	return Layout
+}
+
+// forwardChainName is the name of the base chain on the forward hook.
+func forwardChainName() string {
+	if previousLayout != "" {
+		return "forward"
+	}
+	return "filter-forward"
+}
