@@ -176,6 +176,15 @@ func (d *Daemons) Stop() {
 	}
 }
 
+// Kill kills every daemon with SIGKILL, as a crash or an OOM kill would:
+// nothing of the daemon runs after it, and its table stays as it was.
+func (d *Daemons) Kill() {
+	for _, p := range d.procs {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
 // readyzRE matches the body of a 200 /readyz.
 var readyzRE = regexp.MustCompile(`(?m)^synced generation (\d+)$`)
 
@@ -356,19 +365,39 @@ const nftpolicyPkg = "github.com/nftpolicy/nftpolicy/cmd/nftpolicy"
 // temporary directory removed at once, the binary kept open and run as
 // /proc/self/fd/3.
 func buildNftpolicy() (*tool, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return nil, fmt.Errorf("netns: building nftpolicy needs the go command (or set %s): %w", NftpolicyEnv, err)
-	}
 	dir, err := os.MkdirTemp("", "nftpolicy-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	out, err := BuildNftpolicy(dir, "")
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		return nil, err
+	}
+	return &tool{path: "/proc/self/fd/3", file: f}, nil
+}
+
+// BuildNftpolicy builds the daemon into dir with the linker flags ldflags
+// ("" for none; the tests of an upgrade build an older layout with -X, see
+// enforcer.Layout) and returns the binary's path, for
+// DaemonOptions.Binary.
+func BuildNftpolicy(dir, ldflags string) (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("netns: building nftpolicy needs the go command (or set %s): %w", NftpolicyEnv, err)
+	}
 	out := filepath.Join(dir, "nftpolicy")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, nftpolicyPkg)
+	args := []string{"build", "-o", out}
+	if ldflags != "" {
+		args = append(args, "-ldflags", ldflags)
+	}
+	cmd := exec.CommandContext(ctx, goBin, append(args, nftpolicyPkg)...)
 	if _, file, _, ok := runtime.Caller(0); ok {
 		if fi, err := os.Stat(filepath.Dir(file)); err == nil && fi.IsDir() {
 			cmd.Dir = filepath.Dir(file)
@@ -378,11 +407,7 @@ func buildNftpolicy() (*tool, error) {
 	// are then those `go test` and `go vet` already compiled, and the build
 	// costs a link, not a cold compile of client-go.
 	if _, err := output(cmd, nil); err != nil {
-		return nil, fmt.Errorf("netns: build nftpolicy: %w", err)
+		return "", fmt.Errorf("netns: build nftpolicy: %w", err)
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		return nil, err
-	}
-	return &tool{path: "/proc/self/fd/3", file: f}, nil
+	return out, nil
 }
