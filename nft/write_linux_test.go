@@ -94,14 +94,27 @@ func TestKernelLargeSetsAreChunked(t *testing.T) {
 	}
 	table.Sets = []*Set{big, ivl}
 	_, c := openTestNS(t)
-	if _, err := c.Apply(table); err != nil {
+	stats, err := c.Apply(table)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Each interval is a start and an end element, after the leading end
+	// element at 0.0.0.0; at most elementsPerMessage go in one message.
+	if want := 3000 + 1 + 2*3000; stats.ElementsAdded != want {
+		t.Errorf("%d elements sent, want %d", stats.ElementsAdded, want)
+	}
+	if want := 3 + 2 + (3000+elementsPerMessage-1)/elementsPerMessage + (6001+elementsPerMessage-1)/elementsPerMessage; stats.Messages < want {
+		t.Errorf("%d messages sent, want at least %d (table, sets, chunks)", stats.Messages, want)
 	}
 	st, err := c.ReadTable("nftpolicy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Sets["big-v6"] != 3000 {
-		t.Errorf("big-v6 holds %d elements, want 3000", st.Sets["big-v6"])
+	if st.Sets["big-v6"] != 3000 || st.Sets["ivl-v4"] != 6001 {
+		t.Errorf("big-v6 holds %d elements, want 3000; ivl-v4 %d, want 6001", st.Sets["big-v6"], st.Sets["ivl-v4"])
+	}
+	// By content: every element of both sets is in the kernel as written.
+	if drift, err := c.Drift(table); err != nil || drift != "" {
+		t.Errorf("drift after writing the large sets: %q, %v", drift, err)
 	}
 }
