@@ -39,6 +39,11 @@ func TestSetValidate(t *testing.T) {
 		{"a jump without a chain", Set{Key: KeyIPv6, Verdict: true, Elements: []Element{{Addr: a("fd00::1"), Verdict: Verdict{Kind: Jump}}}}, "jump without a chain"},
 		{"a range outside an interval set", Set{Key: KeyIPv4, Elements: []Element{{Addr: a("10.0.0.1"), Last: a("10.0.0.2")}}}, "a range in a set without intervals"},
 		{"unknown key", Set{Key: 99}, "unknown key type"},
+		// The encoder writes a map's or a concatenation's elements without
+		// interval end elements: either with intervals is refused.
+		{"an interval map", Set{Key: KeyIPv4, Interval: true, Verdict: true}, "interval sets here hold plain addresses"},
+		{"an interval concatenation", Set{Key: KeyIPv6ProtoPort, Interval: true}, "interval sets here hold plain addresses"},
+		{"a range of the other family", Set{Key: KeyIPv6, Interval: true, Elements: []Element{{Addr: a("fd00::1"), Last: a("10.0.0.1")}}}, "is not a range"},
 	} {
 		err := tc.set.Validate()
 		switch {
