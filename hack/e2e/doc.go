@@ -50,6 +50,20 @@
 // update, and the suite refuses an update whose expected matrix does not
 // change.
 //
+// # Churn under probing
+//
+// TestChurnEditsUnderProbing and TestChurnRestartsAndUpgradeUnderProbing
+// (churn_test.go) keep probers running (netns.Prober: a stream of new
+// connections over every pair of five pods, both families, TCP and UDP)
+// while the policy changes under them: 1,000 random label and policy
+// edits, each synced on its own; kill -9 and restart ten times, with edits
+// made while no daemon runs; a move to a build of the previous table
+// layout and back. Each probe is judged against the states that could
+// have been in force while it ran (netns.Timeline), what a state allows
+// coming from internal/reference: no probe may get through that all of
+// them deny, none may be blocked that all of them allow. A failure prints
+// the seed to replay it ($NFTPOLICY_CHURN_SEED).
+//
 // Only a blocked probe of an allowed cell is retried (packets can be
 // lost). A probe that got through where policy denies it is a leak: never
 // retried, it fails the test. Each topology logs a summary line: matrices,

@@ -40,6 +40,8 @@ func TestTimelineCheck(t *testing.T) {
 		{"allowed across the second change", rec(0, 190, 210, true), false, []int{1, 2}},
 		{"blocked after the second change settled", rec(0, 221, 230, false), true, []int{2}},
 		{"a target both states allow, blocked across the change", rec(1, 95, 105, false), true, []int{0, 1}},
+		{"blocked, but by a leak prober", ProbeRecord{Target: 1, Start: at(95), End: at(105), LeaksOnly: true}, false, nil},
+		{"a leak found by a leak prober", ProbeRecord{Target: 0, Start: at(111), End: at(150), OK: true, LeaksOnly: true}, true, []int{1}},
 	} {
 		wrong, _ := tl.Check(targets, []ProbeRecord{c.r})
 		if (len(wrong) > 0) != c.wrong {
