@@ -51,9 +51,9 @@ type Prober struct {
 	targets   []ProbeTarget
 	timeout   time.Duration
 	leaksOnly bool
-	next    atomic.Uint64
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	next      atomic.Uint64
+	stop      chan struct{}
+	wg        sync.WaitGroup
 
 	mu      sync.Mutex
 	records []ProbeRecord
