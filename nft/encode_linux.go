@@ -281,6 +281,13 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 					Mask: binaryutil.NativeEndian.PutUint32(e.Bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(e.Bits)})
+		case CtMarkBitsSet:
+			// As nft 1.0.6 writes `ct mark & 0x4 == 0x4` (nft --debug netlink).
+			out = append(out,
+				&expr.Ct{Register: reg1, Key: expr.CtKeyMARK},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+					Mask: binaryutil.NativeEndian.PutUint32(e.Bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(e.Bits)})
 		case SetMark:
 			out = append(out,
 				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},

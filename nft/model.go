@@ -156,6 +156,11 @@ type ICMPv6TypeRange struct{ First, Last uint8 }
 // `meta mark & 0x00000040 == 0x00000040`.
 type MarkBitsSet struct{ Bits uint32 }
 
+// CtMarkBitsSet matches when all of Bits are set in the conntrack mark of
+// the packet's connection: `ct mark & 0x00000004 == 0x00000004`. A packet
+// without a conntrack entry (untracked, invalid) never matches.
+type CtMarkBitsSet struct{ Bits uint32 }
+
 // SetMark rewrites only the bits in Clear|Set of the packet mark, leaving
 // every other component's bits as they were:
 // `meta mark set meta mark & ~Clear | Set`.
@@ -191,6 +196,7 @@ func (DportRange) isExpr()                {}
 func (AddrProtoPortInSet) isExpr()        {}
 func (ICMPv6TypeRange) isExpr()           {}
 func (MarkBitsSet) isExpr()               {}
+func (CtMarkBitsSet) isExpr()             {}
 func (SetMark) isExpr()                   {}
 func (Verdict) isExpr()                   {}
 

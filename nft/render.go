@@ -166,6 +166,8 @@ func renderExpr(e Expr) string {
 		return fmt.Sprintf("icmpv6 type %d-%d", e.First, e.Last)
 	case MarkBitsSet:
 		return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", e.Bits, e.Bits)
+	case CtMarkBitsSet:
+		return fmt.Sprintf("ct mark & 0x%08x == 0x%08x", e.Bits, e.Bits)
 	case SetMark:
 		if e.Set == 0 {
 			return fmt.Sprintf("meta mark set meta mark & 0x%08x", ^e.Clear)

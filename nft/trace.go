@@ -12,6 +12,9 @@ type Packet struct {
 	Dport    uint16 // ignored for protocols without ports
 	ICMPType uint8  // for ICMP and ICMPv6
 	Mark     uint32
+	// CtMark is the conntrack mark of the packet's connection: zero for
+	// the first packet of one (NEW), which is all the policy judges.
+	CtMark uint32
 	// Established marks a packet of a connection conntrack already knows
 	// (ct state established or related); otherwise the packet is NEW.
 	Established bool
@@ -123,6 +126,10 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			}
 		case MarkBitsSet:
 			if p.Mark&e.Bits != e.Bits {
+				return "", nil
+			}
+		case CtMarkBitsSet:
+			if p.CtMark&e.Bits != e.Bits {
 				return "", nil
 			}
 		case SetMark:
