@@ -39,6 +39,11 @@ type Options struct {
 	// PodCIDRs are this node's pod CIDRs for DenyUnknown; when empty, the
 	// Node object's spec.podCIDRs.
 	PodCIDRs []netip.Prefix
+	// Revoke drops, ahead of the established accept, every packet of a
+	// connection whose conntrack mark carries RevokedBit(MarkMask): the
+	// conntrack cleanup marks so the connections a change no longer allows
+	// (see revokeRule). Set it when, and only when, that cleanup runs.
+	Revoke bool
 }
 
 // A Problem is part of the snapshot the compiler could not use. The rest is
@@ -388,6 +393,9 @@ func (c *Compiler) forwardChain(priority int32) *nft.Chain {
 			Exprs:   []nft.Expr{nft.ICMPv6TypeRange{First: icmpv6RouterSolicit, Last: icmpv6Redirect}, nft.Verdict{Kind: nft.Accept}},
 			Comment: "IPv6 neighbour discovery is not subject to policy, as ARP is not",
 		}},
+	}
+	if c.opts.Revoke {
+		ch.Rules = slices.Insert(ch.Rules, 0, c.revokeRule())
 	}
 	ch.Rules = append(ch.Rules, c.unknownRules()...)
 	for _, d := range []direction{egress, ingress} {

@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/conntrack"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
 )
 
 // A connection that started while our table was flushed (or dormant, or
@@ -121,4 +123,55 @@ func TestKernelFailedDriftCheckIsNotReady(t *testing.T) {
 		_, err := s.Status()
 		return err != nil && strings.Contains(err.Error(), "conntrack")
 	})
+}
+
+// With Options.Revoke the base chain starts with the drop of revoked
+// connections, written over netlink exactly as nft writes its text (so
+// `nft list` prints it cleanly), with the bit taken from the mask; the
+// tracer lets a NEW packet (ct mark 0) past it, and an established one of a
+// marked connection not.
+func TestKernelRevokeRuleMatchesNft(t *testing.T) {
+	for _, mask := range []uint32{0, 0x00300000} {
+		snap := cluster(policy("x", "deny", denyIngress))
+		table, problems := Compile(snap, Options{Node: testNode, Priority: -5, MarkMask: mask, Revoke: true})
+		if len(problems) > 0 {
+			t.Fatal(problems)
+		}
+		want := fmt.Sprintf("ct mark & 0x%08x == 0x%08x drop", RevokedBit(mask), RevokedBit(mask))
+		if first := nft.RenderRule(table.Chains[0].Rules[0]); !strings.HasPrefix(first, want) {
+			t.Errorf("mask 0x%x: first rule of the base chain %q, want %q", mask, first, want)
+		}
+		listed := testns.AssertSameAsNft(t, table.Name, func(netns string) error {
+			c, err := nft.Open(netns)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Apply(table)
+			return err
+		}, nft.Render(table))
+		if !strings.Contains(listed, want) {
+			t.Errorf("nft list lacks %q:\n%s", want, listed)
+		}
+		ya, _ := podIPs("y", "a")
+		za, _ := podIPs("z", "a")
+		for _, tc := range []struct {
+			name string
+			p    nft.Packet
+			want nft.VerdictKind
+		}{
+			{"new, allowed", nft.Packet{Src: ya, Dst: za, Proto: nft.ProtoTCP, Dport: 80}, nft.Accept},
+			{"established", nft.Packet{Src: ya, Dst: za, Proto: nft.ProtoTCP, Dport: 80, Established: true}, nft.Accept},
+			{"established, revoked", nft.Packet{Src: ya, Dst: za, Proto: nft.ProtoTCP, Dport: 80, Established: true, CtMark: RevokedBit(mask) | 0x1}, nft.Drop},
+			{"established, another's bit", nft.Packet{Src: ya, Dst: za, Proto: nft.ProtoTCP, Dport: 80, Established: true, CtMark: 0x1}, nft.Accept},
+		} {
+			res, err := nft.Trace(table, table.Chains[0].Name, tc.p)
+			if err != nil || res.Verdict != tc.want {
+				t.Errorf("mask 0x%x, %s: %v, %v; want %s", mask, tc.name, res.Verdict, err, tc.want)
+			}
+		}
+	}
+	if table, _ := Compile(cluster(), Options{Node: testNode}); strings.Contains(nft.Render(table), "ct mark") {
+		t.Errorf("without Options.Revoke (conntrack cleanup off) the table reads the conntrack mark:\n%s", nft.Render(table))
+	}
 }

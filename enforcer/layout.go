@@ -16,8 +16,10 @@ package enforcer
 //
 // Records without a version (Layout 0) were written before versions were
 // recorded; the layout they describe predates the self-exemption rule that
-// needs fib and the DNAT status (version 2).
-const Layout = 2
+// needs fib and the DNAT status (version 2). Version 3 starts the base
+// chain with the drop of connections the conntrack cleanup marked revoked
+// (Options.Revoke, a bit of the conntrack mark: see revokeRule).
+const Layout = 3
 
 // previousLayout is set, at link time only, by the tests of an upgrade
 // under probing (hack/e2e), which need two builds whose layouts differ:

@@ -67,3 +67,25 @@ func CheckMarkMask(mask uint32, allowOverlap bool) error {
 func allowBit(mask uint32) uint32 {
 	return 1 << bits.TrailingZeros32(mask)
 }
+
+// RevokedBit is the conntrack-mark bit that marks a connection the policy
+// no longer allows (see revokeRule): the highest bit of the mask.
+//
+// The conntrack mark is not the packet mark: nftpolicy's only bit in it is
+// this one, and the allow bit lives in the packet mark alone, so the two
+// never meet even when, as with the default one-bit mask, they are the same
+// number. It comes from the mask all the same, because the mask is the
+// operator's word (checked against KnownMarkUsers) for the bits no other
+// component uses, and components that keep state in the conntrack mark
+// copy it to and from the packet mark bit for bit (`CONNMARK
+// --save-mark/--restore-mark`, `ct mark set meta mark`): a bit outside the
+// mask could be another's, overwritten by their save or read by their
+// restore. The highest bit rather than the allow bit (the lowest) keeps
+// them apart when the mask has room: a restore into the packet mark then
+// cannot present our allow bit, which pod chains clear on entry anyway.
+func RevokedBit(mask uint32) uint32 {
+	if mask == 0 {
+		mask = DefaultMarkMask
+	}
+	return 1 << (31 - bits.LeadingZeros32(mask))
+}
