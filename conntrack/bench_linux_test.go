@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nftpolicy/nftpolicy/conntrack"
+	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/hack/netns"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -168,7 +169,9 @@ func BenchmarkKernelNarrowed10k(b *testing.B) {
 // of iterations where the flow did not stop: an echo in flight when the
 // entry was deleted was picked up by conntrack as a new flow x/b → x/a,
 // which the table allows, and the client's datagrams became its replies
-// (see the package documentation, # Limits).
+// (see the package documentation, # Revoking). Each is measured with the
+// cleanup deleting entries (tables without a revoke rule) and marking
+// them revoked (tables compiled with enforcer.Options.Revoke).
 func BenchmarkKernelTightenToFirstDrop(b *testing.B) {
 	c := netns.NewTestCluster(b, netns.Options{Name: "ctbench", IPv4: true, TCPPorts: []int{}, UDPPorts: []int{udpPort}})
 	node, err := c.AddNode("node-1")
@@ -182,8 +185,6 @@ func BenchmarkKernelTightenToFirstDrop(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	old := compile(b, "node-1", c.Manifests(), fromXAndY)
-	tight := compile(b, "node-1", c.Manifests(), fromY)
 	nc, err := nft.Open(node.NetnsPath())
 	if err != nil {
 		b.Fatal(err)
@@ -196,51 +197,58 @@ func BenchmarkKernelTightenToFirstDrop(b *testing.B) {
 	defer cleaner.Close()
 	to := netip.AddrPortFrom(pods["x/b"].IPv4(), udpPort)
 
-	for _, interval := range []time.Duration{200 * time.Microsecond, 10 * time.Millisecond} {
-		b.Run("every-"+interval.String(), func(b *testing.B) {
-			var apply, clean, toDrop time.Duration
-			var stopped, lost int
-			for i := 0; i < b.N; i++ {
-				if _, err := nc.Apply(old); err != nil {
-					b.Fatal(err)
+	for _, mode := range []string{"delete", "revoke"} {
+		// delete: tables without a revoke rule, the cleanup deletes entries;
+		// revoke: with enforcer.Options.Revoke, as the daemon compiles them.
+		opts := enforcer.Options{Node: "node-1", Revoke: mode == "revoke"}
+		old := compileWith(b, opts, c.Manifests(), fromXAndY)
+		tight := compileWith(b, opts, c.Manifests(), fromY)
+		for _, interval := range []time.Duration{200 * time.Microsecond, 10 * time.Millisecond} {
+			b.Run(mode+"/every-"+interval.String(), func(b *testing.B) {
+				var apply, clean, toDrop time.Duration
+				var stopped, lost int
+				for i := 0; i < b.N; i++ {
+					if _, err := nc.Apply(old); err != nil {
+						b.Fatal(err)
+					}
+					var conn net.Conn
+					if err := netns.Do(pods["x/a"].NetnsPath(), func() (err error) {
+						conn, err = net.Dial("udp", to.String())
+						return err
+					}); err != nil {
+						b.Fatal(err)
+					}
+					p := startProbe(conn, interval)
+					time.Sleep(100 * time.Millisecond) // the flow is established and echoing
+					start := time.Now()
+					if _, err := nc.Apply(tight); err != nil {
+						b.Fatal(err)
+					}
+					applied := time.Now()
+					if _, err := cleaner.Narrowed(old, tight); err != nil {
+						b.Fatal(err)
+					}
+					cleaned := time.Now()
+					time.Sleep(300 * time.Millisecond)
+					sent, echoed := p.stop()
+					conn.Close()
+					apply += applied.Sub(start)
+					clean += cleaned.Sub(applied)
+					if first, l := firstDrop(sent, echoed, start); !first.IsZero() {
+						stopped++
+						toDrop += first.Sub(start)
+						lost += l
+					}
 				}
-				var conn net.Conn
-				if err := netns.Do(pods["x/a"].NetnsPath(), func() (err error) {
-					conn, err = net.Dial("udp", to.String())
-					return err
-				}); err != nil {
-					b.Fatal(err)
-				}
-				p := startProbe(conn, interval)
-				time.Sleep(100 * time.Millisecond) // the flow is established and echoing
-				start := time.Now()
-				if _, err := nc.Apply(tight); err != nil {
-					b.Fatal(err)
-				}
-				applied := time.Now()
-				if _, err := cleaner.Narrowed(old, tight); err != nil {
-					b.Fatal(err)
-				}
-				cleaned := time.Now()
-				time.Sleep(300 * time.Millisecond)
-				sent, echoed := p.stop()
-				conn.Close()
-				apply += applied.Sub(start)
-				clean += cleaned.Sub(applied)
-				if first, l := firstDrop(sent, echoed, start); !first.IsZero() {
-					stopped++
-					toDrop += first.Sub(start)
-					lost += l
-				}
-			}
-			ms := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / 1000 / float64(max(n, 1)) }
-			b.ReportMetric(ms(apply, b.N), "apply-ms")
-			b.ReportMetric(ms(clean, b.N), "cleanup-ms")
-			b.ReportMetric(ms(toDrop, stopped), "to-drop-ms")
-			b.ReportMetric(ms(toDrop, stopped)/ms(apply, b.N), "to-drop/apply")
-			b.ReportMetric(float64(b.N-stopped)/float64(b.N), "resurrected")
-			b.ReportMetric(float64(lost)/float64(max(stopped, 1)), "lost-before-drop")
-		})
+				ms := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / 1000 / float64(max(n, 1)) }
+				b.ReportMetric(ms(apply, b.N), "apply-ms")
+				b.ReportMetric(ms(clean, b.N), "cleanup-ms")
+				b.ReportMetric(ms(toDrop, stopped), "to-drop-ms")
+				b.ReportMetric(ms(toDrop, stopped)/ms(apply, b.N), "to-drop/apply")
+				b.ReportMetric(float64(b.N-stopped)/float64(b.N), "resurrected")
+				b.ReportMetric(float64(lost)/float64(max(stopped, 1)), "lost-before-drop")
+			})
+		}
 	}
 }
 

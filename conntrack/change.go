@@ -89,7 +89,12 @@ type Change struct {
 	srcRanges, dstRanges []netipx.IPRange
 	filtered             bool
 
+	// revoked is the conntrack-mark bit new's base chain drops ahead of
+	// its established accept (RevokedBit), 0 when it has no such rule.
+	revoked uint32
+
 	verdicts map[Flow]bool // flow → narrowed, within this Change
+	allowed  map[Flow]bool // flow → new accepts it, within this Change
 }
 
 // NewChange describes the write from old to new.
@@ -98,7 +103,8 @@ func NewChange(old, new *nft.Table) *Change {
 		old: old, new: new,
 		oldHooks: forwardChains(old), newHooks: forwardChains(new),
 		src: map[netip.Addr]bool{}, dst: map[netip.Addr]bool{},
-		verdicts: map[Flow]bool{},
+		verdicts: map[Flow]bool{}, allowed: map[Flow]bool{},
+		revoked: RevokedBit(new),
 	}
 	c.filtered = c.dispatchKeys(old) && c.dispatchKeys(new)
 	if old != nil {
@@ -158,17 +164,7 @@ func (c *Change) Narrows(f Flow) (bool, error) {
 	if v, ok := c.verdicts[f]; ok {
 		return v, nil
 	}
-	p := f.Packet()
-	if c.old == nil && f.DNAT && f.Src == f.Dst {
-		// A connection to itself through a Service is exempt only when it
-		// came in on the pod's own link, which a conntrack entry does not
-		// say. With no table before (a start, or a repair after the table
-		// was flushed or dormant, when anyone could start anything) it is
-		// judged as one that did not: another pod forging the address is
-		// cut, and a genuine hairpin is ended once and reconnects, its new
-		// first packet judged by the kernel, interface included.
-		p.WrongIif = true
-	}
+	p := c.packet(f)
 	after, err := verdict(c.newTrace, c.newHooks, p)
 	if err != nil {
 		return false, fmt.Errorf("new table: %w", err)
@@ -183,6 +179,86 @@ func (c *Change) Narrows(f Flow) (bool, error) {
 	}
 	c.verdicts[f] = narrowed
 	return narrowed, nil
+}
+
+// packet is the first packet of the flow as a table is asked about it.
+func (c *Change) packet(f Flow) nft.Packet {
+	p := f.Packet()
+	if c.old == nil && f.DNAT && f.Src == f.Dst {
+		// A connection to itself through a Service is exempt only when it
+		// came in on the pod's own link, which a conntrack entry does not
+		// say. With no table before (a start, or a repair after the table
+		// was flushed or dormant, when anyone could start anything) it is
+		// judged as one that did not: another pod forging the address is
+		// cut, and a genuine hairpin is ended once and reconnects, its new
+		// first packet judged by the kernel, interface included.
+		p.WrongIif = true
+	}
+	return p
+}
+
+// Revoked is the conntrack-mark bit that the new table drops ahead of its
+// established accept (see RevokedBit): the cleanup marks a narrowed flow
+// with it instead of deleting its entry. 0 when the new table has none.
+func (c *Change) Revoked() uint32 { return c.revoked }
+
+// Allows reports whether the new table accepts the flow's first packet:
+// whether a flow marked revoked may have its mark cleared. It holds for
+// any flow, marked by whichever table before, not only for the flows the
+// prefilter concerns.
+func (c *Change) Allows(f Flow) (bool, error) {
+	if c.filtered && !c.Concerns(f) {
+		return true, nil // accepted by both tables, new included
+	}
+	if v, ok := c.allowed[f]; ok {
+		return v, nil
+	}
+	v, err := verdict(c.newTrace, c.newHooks, c.packet(f))
+	if err != nil {
+		return false, fmt.Errorf("new table: %w", err)
+	}
+	c.allowed[f] = v == nft.Accept
+	return v == nft.Accept, nil
+}
+
+// RevokedBit is the conntrack-mark bit B of a rule `ct mark & B == B drop`
+// (nft.CtMarkBitsSet) that a forward base chain of t runs before its
+// established accept (the enforcer's Options.Revoke), 0 when there is
+// none. Every packet of a connection whose entry carries B is then
+// dropped, whichever end sends it: marking the entry revokes the
+// connection for good, where deleting it lets the first packet of either
+// end start it again (see the package documentation, # Revoking).
+func RevokedBit(t *nft.Table) uint32 {
+	if t == nil {
+		return 0
+	}
+	for _, ch := range t.Chains {
+		if ch.Hook == nil || ch.Hook.Hook != "forward" {
+			continue
+		}
+		for _, r := range ch.Rules {
+			if b := revokeRule(r); b != 0 {
+				return b
+			}
+			if slices.ContainsFunc(r.Exprs, func(e nft.Expr) bool { _, ok := e.(nft.CtStateEstablishedRelated); return ok }) {
+				break // too late: established packets were accepted
+			}
+		}
+	}
+	return 0
+}
+
+// revokeRule returns B for a rule `ct mark & B == B drop` with one bit B.
+func revokeRule(r nft.Rule) uint32 {
+	if len(r.Exprs) != 2 {
+		return 0
+	}
+	m, ok1 := r.Exprs[0].(nft.CtMarkBitsSet)
+	v, ok2 := r.Exprs[1].(nft.Verdict)
+	if !ok1 || !ok2 || v.Kind != nft.Drop || m.Bits == 0 || m.Bits&(m.Bits-1) != 0 {
+		return 0
+	}
+	return m.Bits
 }
 
 // verdict runs a NEW packet through the forward base chains of a table, in
@@ -255,6 +331,11 @@ func (c *Change) dispatchKeys(t *nft.Table) bool {
 			return false
 		}
 		for _, r := range ch.Rules {
+			if revokeRule(r) != 0 {
+				// It drops only packets of connections the cleanup
+				// marked, never a first packet (a new entry's mark is 0).
+				continue
+			}
 			if s, field, ok := dropsByAddress(r, sets); ok {
 				for _, el := range s.Elements {
 					rng := netipx.IPRangeFrom(el.Addr, el.Addr)
@@ -319,8 +400,11 @@ type Stats struct {
 	Related    int // skipped: expected by a helper (they have a master)
 	Candidates int // traced: an address is a key of a dispatch map, or no prefilter
 	Narrowed   int // allowed by old, dropped by new
-	Deleted    int // of those, deleted
-	Gone       int // of those, already gone when deleted (ENOENT)
+	Revoked    int // of those, marked revoked (the new table has a revoke rule)
+	Deleted    int // of those, deleted (it has none)
+	Marked     int // found marked revoked by an earlier change
+	Restored   int // of those, allowed by new: the mark cleared
+	Gone       int // revoked, deleted or restored, but already gone (ENOENT)
 
-	Dump, Trace, Delete, Total time.Duration
+	Dump, Trace, Delete, Total time.Duration // Delete: the deletes or mark updates
 }

@@ -238,3 +238,57 @@ func hairpin(addr string, port uint16) conntrack.Flow {
 	f.DNAT = true
 	return f
 }
+
+// TestChangeRevokedBit: a table compiled with Options.Revoke names the bit
+// the cleanup marks revoked flows with; its revoke rule never drops a
+// first packet, so the prefilter still rules out what no map holds; and
+// Allows says which marked flows the new table gives back.
+func TestChangeRevokedBit(t *testing.T) {
+	cluster := clusterYAML()
+	revoke := func(mask uint32, docs ...string) *nft.Table {
+		return compileWith(t, enforcer.Options{Node: "node-1", Revoke: true, MarkMask: mask}, cluster, docs...)
+	}
+	for _, tc := range []struct {
+		mask, want uint32
+	}{{0, 0x4}, {0x4, 0x4}, {0x00300000, 0x00200000}} {
+		if got := conntrack.RevokedBit(revoke(tc.mask)); got != tc.want || got != enforcer.RevokedBit(tc.mask) {
+			t.Errorf("mask 0x%x: RevokedBit = 0x%x, want 0x%x", tc.mask, got, tc.want)
+		}
+	}
+	if got := conntrack.RevokedBit(compile(t, "node-1", cluster)); got != 0 {
+		t.Errorf("without Options.Revoke: RevokedBit = 0x%x, want 0", got)
+	}
+	// A revoke rule after the established accept would come too late.
+	late := revoke(0)
+	fwd := *late.Chains[0]
+	fwd.Rules = append(append([]nft.Rule{}, fwd.Rules[1:2]...), append([]nft.Rule{fwd.Rules[0]}, fwd.Rules[2:]...)...)
+	if got := conntrack.RevokedBit(&nft.Table{Family: late.Family, Name: late.Name, Chains: []*nft.Chain{&fwd}, Sets: late.Sets}); got != 0 {
+		t.Errorf("a revoke rule after the established accept: RevokedBit = 0x%x, want 0", got)
+	}
+
+	open, both, onlyY := revoke(0), revoke(0, allowTo("web", "x", "y")), revoke(0, allowTo("web", "y"))
+	if !conntrack.NewChange(nil, open).Nothing() {
+		t.Error("no isolated pod before or after, with the revoke rule: Nothing is false")
+	}
+	ch := conntrack.NewChange(both, onlyY)
+	if ch.Revoked() != 0x4 || ch.Concerns(tcp(xa, ya, 8080)) {
+		t.Errorf("Revoked = 0x%x, Concerns(x/a → y/a) = %v; want 0x4 and false", ch.Revoked(), ch.Concerns(tcp(xa, ya, 8080)))
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *nft.Table
+		flow     conntrack.Flow
+		want     bool
+	}{
+		{"widened: x/a to x/b", onlyY, both, tcp(xa, xb, 8080), true},
+		{"still denied: x/a to x/b", onlyY, onlyY, tcp(xa, xb, 8080), false},
+		{"isolation gone", onlyY, open, tcp(xa, xb, 8080), true},
+		{"no table before, x/b not isolated", nil, open, tcp(xa, xb, 9), true},
+		{"no table before, denied", nil, onlyY, tcp(xa, xb, 9), false},
+	} {
+		got, err := conntrack.NewChange(tc.old, tc.new).Allows(tc.flow)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: Allows = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}

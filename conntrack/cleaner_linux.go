@@ -16,7 +16,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
-// A Cleaner deletes the conntrack entries a policy change no longer allows,
+// A Cleaner revokes the conntrack entries a policy change no longer allows,
 // in one network namespace, over ctnetlink. Its sockets are created inside
 // that namespace (netlink.Config.NetNS: a thread switched into it creates
 // the socket, which belongs to the namespace for its whole life), so the
@@ -29,8 +29,10 @@ type Cleaner struct {
 
 	mu     sync.Mutex
 	closed bool
-	ct     *ctnl.Conn    // ctnetlink, nil until needed or after an error
-	rt     *netlink.Conn // rtnetlink, for the namespace's addresses
+	ct     *ctnl.Conn      // ctnetlink, nil until needed or after an error
+	nf     *netfilter.Conn // ctnetlink for masked mark updates, likewise
+	rt     *netlink.Conn   // rtnetlink, for the namespace's addresses
+	last   *nft.Table      // new of the last call that succeeded
 }
 
 // Open returns a Cleaner for the network namespace netns, named as nft.Open
@@ -76,6 +78,10 @@ func (c *Cleaner) drop() {
 		c.rt.Close()
 		c.rt = nil
 	}
+	if c.nf != nil {
+		c.nf.Close()
+		c.nf = nil
+	}
 }
 
 // dial makes the sockets that are missing.
@@ -91,6 +97,11 @@ func (c *Cleaner) dial() error {
 			return err
 		}
 	}
+	if c.nf == nil {
+		if c.nf, err = netfilter.Dial(c.config()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -102,38 +113,53 @@ func (c *Cleaner) config() *netlink.Config {
 	return cfg
 }
 
-// Narrowed deletes the conntrack entries of the flows that old, the table
+// Narrowed revokes the conntrack entries of the flows that old, the table
 // programmed before a write, accepted and new, the table the write
 // programmed, drops (see Change). old nil means no table: every flow new
-// drops is deleted. It reads nothing from the kernel when Change.Nothing.
+// drops is revoked. When new drops marked connections (RevokedBit), an
+// entry is revoked by setting that bit in its mark and the marks of
+// flows new accepts are cleared; otherwise it is deleted.
 //
-// An entry that vanished before its delete is counted in Stats.Gone. A
-// failed delete does not stop the others; the error names how many failed
+// It reads nothing from the kernel when Change.Nothing, unless marks
+// outside what old drops may exist: old is not the new table of the
+// previous call that succeeded (a first call, nil, or after a failure), and
+// new marks. A mark is then looked for on every entry, both families.
+//
+// An entry that vanished before its update is counted in Stats.Gone. A
+// failed update does not stop the others; the error names how many failed
 // and the first failure.
 func (c *Cleaner) Narrowed(old, new *nft.Table) (Stats, error) {
 	start := time.Now()
 	ch := NewChange(old, new)
-	if ch.Nothing() {
-		return Stats{Total: time.Since(start)}, nil
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Once a call succeeded, every marked entry is one its new table drops
+	// (it cleared the others), so a prefilter that finds no flow the next
+	// change concerns finds no mark to clear either. Otherwise, sweep.
+	sweep := ch.Revoked() != 0 && (old == nil || old != c.last)
+	if ch.Nothing() && !sweep {
+		c.last = new
+		return Stats{Total: time.Since(start)}, nil
+	}
 	if c.closed {
 		return Stats{}, errors.New("conntrack: cleaner closed")
 	}
+	c.last = nil
 	if err := c.dial(); err != nil {
 		c.drop()
 		return Stats{}, fmt.Errorf("conntrack: netlink: %w", err)
 	}
-	st, err := c.narrowed(ch)
+	st, err := c.narrowed(ch, sweep)
 	if err != nil {
 		c.drop() // a socket may hold the rest of a reply
+	} else {
+		c.last = new
 	}
 	st.Total = time.Since(start)
 	return st, err
 }
 
-func (c *Cleaner) narrowed(ch *Change) (Stats, error) {
+func (c *Cleaner) narrowed(ch *Change, sweep bool) (Stats, error) {
 	var st Stats
 	t0 := time.Now()
 	local, err := localAddrs(c.rt)
@@ -141,7 +167,17 @@ func (c *Cleaner) narrowed(ch *Change) (Stats, error) {
 		return st, fmt.Errorf("conntrack: list local addresses: %w", err)
 	}
 	conn := c.ct
-	flows, err := dump(conn, ch)
+	bit := ch.Revoked()
+	var flows []ctnl.Flow
+	switch {
+	case sweep && ch.Nothing():
+		// Only marks to look at: the kernel returns only marked entries.
+		flows, err = conn.DumpFilter(ctnl.NewFilter().Mark(bit).MarkMask(bit), nil)
+	case sweep:
+		flows, err = conn.Dump(nil)
+	default:
+		flows, err = dump(conn, ch)
+	}
 	if err != nil {
 		return st, fmt.Errorf("conntrack: dump: %w", err)
 	}
@@ -149,7 +185,7 @@ func (c *Cleaner) narrowed(ch *Change) (Stats, error) {
 	st.Dump = time.Since(t0)
 
 	t0 = time.Now()
-	var doomed []ctnl.Flow
+	var doomed, restored []ctnl.Flow
 	for i := range flows {
 		f := &flows[i]
 		if f.TupleMaster.IP.SourceAddress.IsValid() {
@@ -159,6 +195,20 @@ func (c *Cleaner) narrowed(ch *Change) (Stats, error) {
 		flow := FlowOf(tupleOf(f.TupleOrig), tupleOf(f.TupleReply))
 		if local[flow.Src] || local[flow.Dst] {
 			st.Local++
+			continue
+		}
+		if bit != 0 && f.Mark&bit != 0 {
+			// Revoked by an earlier change: it stays so while new drops
+			// it, and is given back as soon as new allows it (a widening),
+			// or the connection would stay dead though policy allows it.
+			st.Marked++
+			allowed, err := ch.Allows(flow)
+			if err != nil {
+				return st, fmt.Errorf("conntrack: trace %s: %w", f.TupleOrig, err)
+			}
+			if allowed {
+				restored = append(restored, ctnl.Flow{TupleOrig: f.TupleOrig, TupleReply: f.TupleReply, Zone: f.Zone})
+			}
 			continue
 		}
 		if !ch.Concerns(flow) {
@@ -180,10 +230,10 @@ func (c *Cleaner) narrowed(ch *Change) (Stats, error) {
 	t0 = time.Now()
 	var failed int
 	var first error
-	for _, f := range doomed {
-		switch err := conn.Delete(f); {
+	do := func(f ctnl.Flow, op func(ctnl.Flow) error, done *int) {
+		switch err := op(f); {
 		case err == nil:
-			st.Deleted++
+			*done++
 		case errors.Is(err, unix.ENOENT):
 			st.Gone++ // it ended, or was replaced, since the dump
 		default:
@@ -193,11 +243,120 @@ func (c *Cleaner) narrowed(ch *Change) (Stats, error) {
 			}
 		}
 	}
+	for _, f := range doomed {
+		if bit != 0 {
+			do(f, func(f ctnl.Flow) error { return c.setMark(f, bit, bit) }, &st.Revoked)
+		} else {
+			do(f, conn.Delete, &st.Deleted)
+		}
+	}
+	for _, f := range restored {
+		do(f, func(f ctnl.Flow) error { return c.setMark(f, bit, 0) }, &st.Restored)
+	}
 	st.Delete = time.Since(t0)
 	if failed > 0 {
-		return st, fmt.Errorf("conntrack: %d of %d deletes failed, first %w", failed, len(doomed), first)
+		return st, fmt.Errorf("conntrack: %d of %d updates failed, first %w", failed, len(doomed)+len(restored), first)
 	}
 	return st, nil
+}
+
+// Attributes of ctnetlink (include/uapi/linux/netfilter/nfnetlink_conntrack.h).
+const (
+	ctaTupleOrig    = 1
+	ctaMark         = 8
+	ctaZone         = 18
+	ctaMarkMask     = 21
+	ctaTupleIP      = 1
+	ctaTupleProto   = 2
+	ctaTupleZone    = 3
+	ctaIPv4Src      = 1
+	ctaIPv4Dst      = 2
+	ctaIPv6Src      = 3
+	ctaIPv6Dst      = 4
+	ctaProtoNum     = 1
+	ctaProtoSrcPort = 2
+	ctaProtoDstPort = 3
+	ctaProtoICMPID  = 4
+	ctaProtoICMPTyp = 5
+	ctaProtoICMPCod = 6
+	ctaProtoICMP6ID = 7
+	ctaProtoICMP6Ty = 8
+	ctaProtoICMP6Co = 9
+	ipctnlMsgCtNew  = 0 // IPCTNL_MSG_CT_NEW: updates an entry that exists
+)
+
+// setMark rewrites the bits of mask in the mark of the entry with f's
+// original tuple to value, in one request that leaves every other bit of
+// the mark as it is at that moment: CTA_MARK with CTA_MARK_MASK, which
+// the kernel applies as mark = (mark & ^mask) ^ value
+// (ctnetlink_change_mark). Other components' bits are theirs, as in the
+// packet mark; a read, change and write from user space could undo a
+// change of theirs made in between. Without NLM_F_CREATE an entry that
+// is gone is ENOENT, not created.
+func (c *Cleaner) setMark(f ctnl.Flow, mask, value uint32) error {
+	orig, err := tupleAttr(ctaTupleOrig, f.TupleOrig)
+	if err != nil {
+		return err
+	}
+	attrs := []netfilter.Attribute{orig,
+		{Type: ctaMark, Data: netfilter.Uint32Bytes(value)},
+		{Type: ctaMarkMask, Data: netfilter.Uint32Bytes(mask)},
+	}
+	if f.Zone != 0 {
+		attrs = append(attrs, netfilter.Attribute{Type: ctaZone, Data: netfilter.Uint16Bytes(f.Zone)})
+	}
+	family := netfilter.ProtoIPv4
+	if f.TupleOrig.IP.SourceAddress.Is6() {
+		family = netfilter.ProtoIPv6
+	}
+	req, err := netfilter.MarshalNetlink(netfilter.Header{
+		SubsystemID: netfilter.NFSubsysCTNetlink,
+		MessageType: ipctnlMsgCtNew,
+		Family:      family,
+		Flags:       netlink.Request | netlink.Acknowledge,
+	}, attrs)
+	if err != nil {
+		return err
+	}
+	_, err = c.nf.Query(req)
+	return err
+}
+
+// tupleAttr encodes a tuple as ctnetlink reads it (ctnetlink_parse_tuple).
+func tupleAttr(typ uint16, t ctnl.Tuple) (netfilter.Attribute, error) {
+	src, dst := t.IP.SourceAddress, t.IP.DestinationAddress
+	ip := netfilter.Attribute{Type: ctaTupleIP, Nested: true}
+	switch {
+	case src.Is4() && dst.Is4():
+		ip.Children = []netfilter.Attribute{{Type: ctaIPv4Src, Data: src.AsSlice()}, {Type: ctaIPv4Dst, Data: dst.AsSlice()}}
+	case src.Is6() && dst.Is6():
+		ip.Children = []netfilter.Attribute{{Type: ctaIPv6Src, Data: src.AsSlice()}, {Type: ctaIPv6Dst, Data: dst.AsSlice()}}
+	default:
+		return netfilter.Attribute{}, fmt.Errorf("tuple %s: addresses of two families", t)
+	}
+	p := t.Proto
+	proto := netfilter.Attribute{Type: ctaTupleProto, Nested: true, Children: []netfilter.Attribute{{Type: ctaProtoNum, Data: []byte{p.Protocol}}}}
+	switch p.Protocol {
+	case unix.IPPROTO_ICMP:
+		proto.Children = append(proto.Children,
+			netfilter.Attribute{Type: ctaProtoICMPID, Data: netfilter.Uint16Bytes(p.ICMPID)},
+			netfilter.Attribute{Type: ctaProtoICMPTyp, Data: []byte{p.ICMPType}},
+			netfilter.Attribute{Type: ctaProtoICMPCod, Data: []byte{p.ICMPCode}})
+	case unix.IPPROTO_ICMPV6:
+		proto.Children = append(proto.Children,
+			netfilter.Attribute{Type: ctaProtoICMP6ID, Data: netfilter.Uint16Bytes(p.ICMPID)},
+			netfilter.Attribute{Type: ctaProtoICMP6Ty, Data: []byte{p.ICMPType}},
+			netfilter.Attribute{Type: ctaProtoICMP6Co, Data: []byte{p.ICMPCode}})
+	default:
+		proto.Children = append(proto.Children,
+			netfilter.Attribute{Type: ctaProtoSrcPort, Data: netfilter.Uint16Bytes(p.SourcePort)},
+			netfilter.Attribute{Type: ctaProtoDstPort, Data: netfilter.Uint16Bytes(p.DestinationPort)})
+	}
+	attr := netfilter.Attribute{Type: typ, Nested: true, Children: []netfilter.Attribute{ip, proto}}
+	if t.Zone != 0 {
+		attr.Children = append(attr.Children, netfilter.Attribute{Type: ctaTupleZone, Data: netfilter.Uint16Bytes(t.Zone)})
+	}
+	return attr, nil
 }
 
 // dump reads the entries of the families the change concerns: all of

@@ -508,14 +508,17 @@ func keyOf(f *flow) string {
 	return ctKey(l.Addr(), r.Addr(), proto, r.Port())
 }
 
-// TestKernelServerFirstAfterCleanup is a known gap, skipped unless
+// TestKernelServerFirstAfterCleanup is the gap of deleting entries, which
+// the cleanup still does for a table without a revoke rule (compiled
+// without enforcer.Options.Revoke, as here), skipped unless
 // NFTPOLICY_KNOWN_GAPS is set: when, after the cleanup, the server of a
 // narrowed TCP connection sends first, conntrack picks the connection up
 // mid-stream (nf_conntrack_tcp_loose) in the reverse orientation, server →
 // client, which our chain judges as x/b connecting to x/a: allowed. The
 // client's packets are then replies, established, and the flow is back.
-// Deleting the entry cannot prevent that; the ruleset must (see the
-// package documentation, # Limits).
+// Deleting the entry cannot prevent that; marking it does (see the package
+// documentation, # Revoking, and
+// TestKernelRevokedFlowsStayRevokedWhenTheServerSendsFirst).
 func TestKernelServerFirstAfterCleanup(t *testing.T) {
 	if os.Getenv("NFTPOLICY_KNOWN_GAPS") == "" {
 		t.Skip("known gap; set NFTPOLICY_KNOWN_GAPS=1 to run")

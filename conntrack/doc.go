@@ -1,6 +1,7 @@
 // Package conntrack makes established connections follow a policy change:
-// after a write that takes permission away, it deletes the conntrack
-// entries of the connections the new table would no longer let start.
+// after a write that takes permission away, it revokes the conntrack
+// entries of the connections the new table would no longer let start, and
+// after a write that gives it back, it restores them.
 //
 // # Why
 //
@@ -8,16 +9,49 @@
 // chain accepts `ct state established,related` before any policy work. A
 // connection open before a policy tightened would therefore keep flowing
 // for as long as conntrack remembers it (Calico #6399 and #2759, weave
-// #2618). Deleting its entry makes the next packet of the flow NEW again
-// (conntrack picks a TCP connection up mid-stream, nf_conntrack_tcp_loose
-// is on by default), so the policy chain sees it and drops it.
+// #2618).
 //
-// # What is deleted
+// # Revoking
 //
-// Only what the change touched: a flow is deleted when the table before the
+// A table compiled with the enforcer's Options.Revoke (the daemon's
+// --conntrack-cleanup, on by default) drops every packet of a connection
+// whose conntrack mark carries one bit, ahead of its established accept
+// (`ct mark & 0x00000004 == 0x00000004 drop`, see RevokedBit). The cleanup
+// revokes a flow by setting that bit in its entry's mark, in one masked
+// ctnetlink update that leaves the mark's other bits, other components',
+// as they are (CTA_MARK with CTA_MARK_MASK; checked on Linux 6.18, a
+// kernel that ignored the mask would write the whole mark). The entry
+// stays, so every later packet of the connection, from either end, is one
+// of its packets, and drops. When a later change allows the flow again,
+// the bit is cleared and the connection carries on, as any connection
+// the policy allows; a flow the new table still drops keeps it.
+//
+// Deleting the entry instead, as the cleanup does for a table without that
+// rule, makes the flow's next packet NEW, whichever end sends it. From the
+// client it is judged and dropped; but from the server (a reply in flight,
+// a server that talks first), conntrack starts the connection over in the
+// reverse orientation, server to client (TCP picked up mid-stream with
+// nf_conntrack_tcp_loose, on by default; any UDP datagram), which the
+// policy usually allows, and the client's packets are then its replies.
+// TestKernelRevokedFlowsStayRevokedWhenTheServerSendsFirst shows the mark
+// holds where TestKernelServerFirstAfterCleanup shows deletion does not.
+//
+// A marked entry lives as long as conntrack keeps the connection: packets
+// the chain drops still refresh its timeout, since conntrack sees them
+// first. That is the point (an entry gone is the gap again) and its cost,
+// one entry per revoked connection, which existed anyway; ends that give
+// up stop refreshing it. Once conntrack has forgotten an idle connection,
+// a packet from the server is a new connection server to client, judged
+// as such: as without nftpolicy's cleanup, and as for any stateful
+// filter. See enforcer's revokeRule for the rest of the reasoning.
+//
+// # What is revoked
+//
+// Only what the change touched: a flow is revoked when the table before the
 // write (old) accepted its first packet and the table after it (new) drops
 // it, both decided by nft.Trace over the typed tables. Flows both tables
-// accept, flows both drop, and flows the change opened are left alone.
+// accept, flows both drop, and flows the change opened are left alone,
+// except that a flow marked revoked is restored as soon as new accepts it.
 //
 // The first packet is the one the forward hook saw, which is after DNAT and
 // before SNAT: source is the original tuple's source, destination the reply
@@ -57,25 +91,20 @@
 // Otherwise a call dumps conntrack, which walks the kernel's whole hash
 // table, shared by every namespace of the host: about 5 ms with 262144
 // buckets and one entry, 70-100 ms at 10k entries. Tracing costs about 5 µs
-// per traced flow and table, deleting 20-40 µs per entry (one request and
+// per traced flow and table, deleting or marking 20-40 µs per entry (one request and
 // ack each). Measured on the project's 2-core machine, kernel 6.18, under
 // load from other work: go test -count=1 -run '^$' -bench BenchmarkKernel
 // -benchtime 20x ./conntrack/ (BenchmarkKernelNarrowed10k).
 //
 // # Limits
 //
-// Deleting an entry makes the flow's next packet NEW, whichever end sends
-// it. If that is the server's (a reply still in flight at the delete, or a
-// server that talks first), conntrack picks the connection up in the
-// reverse orientation, server to client, which the policy usually allows;
-// the client's packets are then replies, established, and the flow is
-// back. TestKernelServerFirstAfterCleanup (skipped unless
-// NFTPOLICY_KNOWN_GAPS is set) shows it for TCP, and
-// BenchmarkKernelTightenToFirstDrop counts how often a continuous UDP
-// flow comes back. Closing that needs the ruleset: for instance a revoked
-// bit in the conntrack mark, set over ctnetlink instead of deleting (a
-// masked CTA_MARK/CTA_MARK_MASK update) and dropped ahead of the
-// established accept.
+// With a table that has no revoke rule, a deleted flow comes back when
+// its server sends first (# Revoking). An entry a helper expected from a
+// revoked connection inherits its mark when it is made and is never
+// restored (entries with a master are skipped); it ends with its
+// connection. Marks outside what the table before the write drops can
+// exist only after a start or a failed call: Narrowed then looks at every
+// marked entry, whatever the prefilter says.
 //
 // # Use
 //
@@ -84,7 +113,7 @@
 //	stats, err := c.Narrowed(old, new) // after each successful write
 //
 // old is the table programmed before the write, nil when unknown (the
-// first write, or after a failure): every flow new drops is then deleted,
+// first write, or after a failure): every flow new drops is then revoked,
 // which is what an unknown old table that allowed everything would need.
 //
 // Conntrack is Linux only; elsewhere Open returns ErrUnsupported. The

@@ -11,8 +11,12 @@ import (
 
 // FollowConntrack makes established connections follow policy changes:
 // after each write, the conntrack entries of flows the table before the
-// write allowed and the new table denies are deleted through c (see
-// package conntrack), so their next packet is judged again, and dropped.
+// write allowed and the new table denies are revoked through c (marked,
+// when the table has Options.Revoke's rule, see revokeRule; otherwise
+// deleted, so that their next packet is judged again), and the marks of
+// flows it allows again are cleared (see package conntrack). The table
+// must be compiled with Options.Revoke for a revoked flow to stay dead
+// whichever end sends.
 // Call it before Run; the Syncer does not close c.
 func (s *Syncer) FollowConntrack(c *conntrack.Cleaner) {
 	s.syncMu.Lock()
@@ -85,9 +89,10 @@ func (s *Syncer) cleanConntrack(prev, table *nft.Table, wrote bool) error {
 		return fmt.Errorf("table programmed, but the conntrack entries of flows it no longer allows could not be deleted: %w", err)
 	}
 	s.cleaned = table
-	if st.Deleted > 0 || st.Narrowed > 0 {
-		s.log.Info("deleted the conntrack entries of flows the change no longer allows",
-			zap.Int("narrowed", st.Narrowed), zap.Int("deleted", st.Deleted), zap.Int("gone", st.Gone),
+	if st.Narrowed > 0 || st.Restored > 0 {
+		s.log.Info("conntrack follows the change: flows it no longer allows revoked, flows it allows again restored",
+			zap.Int("narrowed", st.Narrowed), zap.Int("revoked", st.Revoked), zap.Int("deleted", st.Deleted),
+			zap.Int("restored", st.Restored), zap.Int("gone", st.Gone),
 			zap.Int("dumped", st.Dumped), zap.Duration("took", st.Total))
 	}
 	return nil
