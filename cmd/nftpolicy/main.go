@@ -143,8 +143,10 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
+	if cmd == "run" || cmd == "apply" || cmd == "dump" { // dump shows the table as run and apply write it
+		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, revoke the established flows the new ruleset no longer allows (a conntrack mark its base chain drops), so they stop at their next packet, whichever end sends it")
+	}
 	if cmd == "run" || cmd == "apply" {
-		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, delete the conntrack entries of established flows the new ruleset no longer allows, so they stop at their next packet")
 		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready until this one is gone, then takes the table back (after apply, at once)")
 	}
 	fs.BoolVar(&cfg.denyUnknown, "default-deny-unknown", false, "drop forwarded traffic from or to an address of this node's pod CIDRs that is no known pod, until the pod is known")
@@ -270,7 +272,8 @@ func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
 }
 
 func (c *config) options() enforcer.Options {
-	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, TakeOver: c.takeOver, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs}
+	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, TakeOver: c.takeOver, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs,
+		Revoke: c.conntrackCleanup} // the cleanup marks what the table then drops
 }
 
 // load reads the manifests, or lists the API server, logging every object
@@ -958,8 +961,9 @@ func cleanConntrack(netns string, table *nft.Table, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("conntrack cleanup: %w", err)
 	}
-	if st.Deleted > 0 {
-		log.Info("deleted the conntrack entries of flows the table does not allow", zap.Int("deleted", st.Deleted), zap.Duration("took", st.Total))
+	if st.Narrowed > 0 || st.Restored > 0 {
+		log.Info("revoked the conntrack entries of flows the table does not allow", zap.Int("revoked", st.Revoked), zap.Int("deleted", st.Deleted),
+			zap.Int("restored", st.Restored), zap.Duration("took", st.Total))
 	}
 	return nil
 }
