@@ -34,7 +34,7 @@
 // nf_conntrack_tcp_loose, on by default; any UDP datagram), which the
 // policy usually allows, and the client's packets are then its replies.
 // TestKernelRevokedFlowsStayRevokedWhenTheServerSendsFirst shows the mark
-// holds where TestKernelServerFirstAfterCleanup shows deletion does not.
+// holds; with deletion in its place, it fails.
 //
 // A marked entry lives as long as conntrack keeps the connection: packets
 // the chain drops still refresh its timeout, since conntrack sees them

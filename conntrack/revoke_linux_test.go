@@ -218,8 +218,8 @@ func mustStayDead(t *testing.T, ds []*duplex, when string) {
 // deleting entries left: once the policy no longer admits x/a into x/b,
 // x/b's next packet to x/a is the first the node sees of the connection.
 // With the entry deleted, conntrack made a new one from it, x/b → x/a,
-// which the policy allows, and x/a's packets were replies (see
-// TestKernelServerFirstAfterCleanup). With the entry marked revoked and
+// which the policy allows, and x/a's packets were replies (with the
+// cleanup deleting instead of marking, this test fails so). With the entry marked revoked and
 // the table dropping marked connections, every packet of the connection
 // drops, whichever end sends, for TCP over IPv4 and IPv6 and for UDP,
 // while y/a's connections to the same servers go on untouched through
