@@ -506,4 +506,3 @@ func keyOf(f *flow) string {
 	}
 	return ctKey(l.Addr(), r.Addr(), proto, r.Port())
 }
-
