@@ -184,6 +184,14 @@ func (ch *churn) edit() string {
 		ch.edits["namespace labels"]++
 		return fmt.Sprintf("namespace %s labels %v", ns, labels)
 	default:
+		return ch.editPolicy()
+	}
+}
+
+// editPolicy adds, replaces or deletes a policy at random.
+func (ch *churn) editPolicy() string {
+	r := ch.rnd
+	{
 		key := fmt.Sprintf("%s/p%d", pick(r, "x", "y", "z"), r.IntN(3))
 		if _, ok := ch.policies[key]; ok && r.IntN(3) == 0 {
 			delete(ch.policies, key)

@@ -185,46 +185,51 @@ func (d *Daemons) Kill() {
 	}
 }
 
-// readyzRE matches the body of a 200 /readyz.
+// readyzRE finds the synced generation in a /readyz body, 200 or 503.
 var readyzRE = regexp.MustCompile(`(?m)^synced generation (\d+)$`)
 
 // generation returns the daemon's synced generation (0 before its first
-// successful sync) and the last /readyz body.
-func (d *Daemons) generation(p *daemon) (uint64, string, error) {
+// successful sync), whether /readyz said ready, and its body. A daemon that
+// is not ready still reports the generation it last synced: a test that
+// fixes a fault waits for the sync after that one, not for the first 200,
+// which may come before the fix is programmed.
+func (d *Daemons) generation(p *daemon) (gen uint64, ready bool, body string, err error) {
 	select {
 	case <-p.done:
-		return 0, "", fmt.Errorf("nftpolicy for %s %w: %v", p.node.Name(), errExited, p.waitEr)
+		return 0, false, "", fmt.Errorf("nftpolicy for %s %w: %v", p.node.Name(), errExited, p.waitEr)
 	default:
 	}
 	resp, err := d.client.Get("http://" + p.addr + "/readyz")
 	if err != nil {
-		return 0, "", err
+		return 0, false, "", err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, "", err
+		return 0, false, "", err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, strings.TrimSpace(string(body)), nil
-	}
-	m := readyzRE.FindSubmatch(body)
+	body = strings.TrimSpace(string(raw))
+	ready = resp.StatusCode == http.StatusOK
+	m := readyzRE.FindStringSubmatch(body)
 	if m == nil {
-		return 0, "", fmt.Errorf("unexpected /readyz body %q", body)
+		if ready {
+			return 0, false, body, fmt.Errorf("unexpected /readyz body %q", body)
+		}
+		return 0, false, body, nil
 	}
-	gen, err := strconv.ParseUint(string(m[1]), 10, 64)
-	return gen, strings.TrimSpace(string(body)), err
+	gen, err = strconv.ParseUint(m[1], 10, 64)
+	return gen, ready, body, err
 }
 
-// Generations returns every daemon's synced generation, in node order. A
-// /readyz that does not answer (a daemon starved of CPU on a busy machine)
-// is asked again until DaemonOptions.SyncTimeout.
+// Generations returns every daemon's synced generation, in node order,
+// ready or not. A /readyz that does not answer (a daemon starved of CPU on
+// a busy machine) is asked again until DaemonOptions.SyncTimeout.
 func (d *Daemons) Generations() ([]uint64, error) {
 	deadline := time.Now().Add(d.timeout)
 	gens := make([]uint64, len(d.procs))
 	for i, p := range d.procs {
 		for {
-			g, _, err := d.generation(p)
+			g, _, _, err := d.generation(p)
 			if err == nil {
 				gens[i] = g
 				break
@@ -238,15 +243,15 @@ func (d *Daemons) Generations() ([]uint64, error) {
 	return gens, nil
 }
 
-// WaitSynced waits until every daemon's generation is above after[i] (from
-// Generations, taken before a change), polling /readyz every 10ms, for at
-// most DaemonOptions.SyncTimeout.
+// WaitSynced waits until every daemon is ready with a generation above
+// after[i] (from Generations, taken before a change), polling /readyz every
+// 10ms, for at most DaemonOptions.SyncTimeout.
 func (d *Daemons) WaitSynced(after []uint64) error {
 	deadline := time.Now().Add(d.timeout)
 	for i, p := range d.procs {
 		for {
-			g, body, err := d.generation(p)
-			if err == nil && g > after[i] {
+			g, ready, body, err := d.generation(p)
+			if err == nil && ready && g > after[i] {
 				break
 			}
 			if time.Now().After(deadline) || errors.Is(err, errExited) {
@@ -257,6 +262,31 @@ func (d *Daemons) WaitSynced(after []uint64) error {
 		}
 	}
 	return nil
+}
+
+// WaitUnready waits until every daemon's /readyz fails with a body that
+// contains want (a file's name, a cause), for at most
+// DaemonOptions.SyncTimeout, and returns the first daemon's body.
+func (d *Daemons) WaitUnready(want string) (string, error) {
+	deadline := time.Now().Add(d.timeout)
+	var first string
+	for i, p := range d.procs {
+		for {
+			_, ready, body, err := d.generation(p)
+			if err == nil && !ready && strings.Contains(body, want) {
+				if i == 0 {
+					first = body
+				}
+				break
+			}
+			if time.Now().After(deadline) || errors.Is(err, errExited) {
+				return "", fmt.Errorf("nftpolicy for %s did not turn unready naming %q within %v (last /readyz %q, error %v); its log:\n%s",
+					p.node.Name(), want, d.timeout, body, err, tail(p.logs.String(), 40))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return first, nil
 }
 
 var errExited = errors.New("exited")

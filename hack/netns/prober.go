@@ -145,7 +145,7 @@ type Timeline struct {
 }
 
 type timedState struct {
-	allowed []bool // per target
+	allowed []bool // per target; nil: unknown, anything goes
 	begin   time.Time
 	settled time.Time // the next state's settle bounds this one's end
 }
@@ -178,8 +178,16 @@ func (tl *Timeline) Settle(allowed []bool) {
 	}
 	tl.open = false
 	s := &tl.states[len(tl.states)-1]
-	s.allowed = slices.Clone(allowed)
+	s.allowed = slices.Clone(allowed) // nil stays nil: see SettleUnknown
 	s.settled = now
+}
+
+// SettleUnknown is Settle for a state nobody can predict: our table
+// tampered with by someone else, until the daemon repairs it (Begin, then
+// Settle with what the repaired table allows, once the repair is seen).
+// Any verdict is right while it may be in force.
+func (tl *Timeline) SettleUnknown() {
+	tl.Settle(nil)
 }
 
 // Len is the number of states, the first included.
@@ -238,7 +246,9 @@ func (tl *Timeline) Check(targets []ProbeTarget, records []ProbeRecord) (wrong [
 				continue
 			}
 			states = append(states, i)
-			if s.allowed[r.Target] {
+			if s.allowed == nil {
+				allow, deny = true, true
+			} else if s.allowed[r.Target] {
 				allow = true
 			} else {
 				deny = true

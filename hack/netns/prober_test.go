@@ -51,6 +51,24 @@ func TestTimelineCheck(t *testing.T) {
 			t.Errorf("%s: states %v, want %v", c.name, wrong[0].States, c.states)
 		}
 	}
+	// An unknown state (a tampered table) excuses any verdict while it
+	// may be in force, and only then.
+	tl.states = append(tl.states, timedState{begin: at(300), settled: at(301)},
+		timedState{allowed: []bool{false, true}, begin: at(301), settled: at(400)})
+	for _, c := range []struct {
+		r     ProbeRecord
+		wrong bool
+	}{
+		{rec(0, 302, 303, true), false},
+		{rec(1, 350, 360, false), false},
+		{rec(0, 401, 410, true), true},
+		{rec(1, 401, 410, false), true},
+	} {
+		if wrong, _ := tl.Check(targets, []ProbeRecord{c.r}); (len(wrong) > 0) != c.wrong {
+			t.Errorf("%+v around an unknown state: wrong verdicts %v, want wrong=%v", c.r, wrong, c.wrong)
+		}
+	}
+
 	// The counting of probes across a change.
 	_, across := tl.Check(targets, []ProbeRecord{rec(0, 10, 20, true), rec(0, 95, 105, true), rec(1, 111, 150, true)})
 	if across != 1 {
