@@ -33,10 +33,10 @@ type Conn struct {
 	ports ownPorts // of the batch sockets, to tell our commits (see Monitor.Foreign)
 }
 
-// newBatch returns a fresh google/nftables connection with an empty message
-// queue, in this Conn's namespace, for reading. Batches that write use
+// newQueryConn returns a fresh google/nftables connection in this Conn's
+// namespace for a query, which sends no batch. Batches that write use
 // newBatchConn.
-func (c *Conn) newBatch() (*nftables.Conn, error) {
+func (c *Conn) newQueryConn() (*nftables.Conn, error) {
 	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers)}
 	if c.nsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(c.nsFd))
@@ -113,7 +113,7 @@ func (c *Conn) BaseChains(hook string) ([]BaseChain, error) {
 	if err != nil {
 		return nil, err
 	}
-	nl, err := c.newBatch()
+	nl, err := c.newQueryConn()
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
