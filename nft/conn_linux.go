@@ -126,7 +126,7 @@ func (c *Conn) BaseChains(hook string) ([]BaseChain, error) {
 		if ch.Hooknum == nil || ch.Priority == nil || *ch.Hooknum != *want {
 			continue
 		}
-		fam, ok := familyName(ch.Table.Family)
+		fam, ok := fromTableFamily(ch.Table.Family)
 		if !ok {
 			continue
 		}
@@ -135,7 +135,9 @@ func (c *Conn) BaseChains(hook string) ([]BaseChain, error) {
 	return out, nil
 }
 
-func familyName(f nftables.TableFamily) (Family, bool) {
+// fromTableFamily is the Family of the library's table family; ok is false
+// for families that do not see routed IP traffic (arp, bridge, netdev).
+func fromTableFamily(f nftables.TableFamily) (fam Family, ok bool) {
 	switch f {
 	case nftables.TableFamilyINet:
 		return FamilyInet, true
