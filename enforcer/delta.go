@@ -62,13 +62,13 @@ func (c *Compiler) Delta() *nft.Delta {
 	d := &nft.Delta{}
 	// The base chain is built by every call; the dispatch maps by calls
 	// where a pod chain changed.
-	d.Chain(prev.Chains[0], cur.Chains[0])
+	d.RecordChain(prev.Chains[0], cur.Chains[0])
 	for _, name := range slices.Sorted(maps.Keys(c.touched.chains)) {
 		var after *nft.Chain
 		if e, ok := c.chains[name]; ok {
 			after = e.chain
 		}
-		d.Chain(c.touched.chains[name], after)
+		d.RecordChain(c.touched.chains[name], after)
 	}
 	sets := map[string][2]*nft.Set{}
 	for i, s := range cur.Sets[:len(c.dispatch)] {
@@ -87,7 +87,7 @@ func (c *Compiler) Delta() *nft.Delta {
 			d.UpdateSets = append(d.UpdateSets, patch)
 			continue
 		}
-		d.Set(before, after)
+		d.RecordSet(before, after)
 	}
 	return d
 }

@@ -56,11 +56,11 @@ func Diff(old, new *Table) *Delta {
 	newChains := map[string]bool{}
 	for _, c := range new.Chains {
 		newChains[c.Name] = true
-		d.Chain(oldChains[c.Name], c)
+		d.RecordChain(oldChains[c.Name], c)
 	}
 	for _, c := range old.Chains {
 		if !newChains[c.Name] {
-			d.Chain(c, nil)
+			d.RecordChain(c, nil)
 		}
 	}
 	oldSets := map[string]*Set{}
@@ -70,21 +70,21 @@ func Diff(old, new *Table) *Delta {
 	newSets := map[string]bool{}
 	for _, s := range new.Sets {
 		newSets[s.Name] = true
-		d.Set(oldSets[s.Name], s)
+		d.RecordSet(oldSets[s.Name], s)
 	}
 	for _, s := range old.Sets {
 		if !newSets[s.Name] {
-			d.Set(s, nil)
+			d.RecordSet(s, nil)
 		}
 	}
 	return d
 }
 
-// Chain records in d how one chain changes from old to new (nil: absent on
-// that side). Tables from one enforcer.Compiler share what did not change,
-// so the same pointer is no change. A change of hook or priority cannot be
-// made in place: d becomes Full.
-func (d *Delta) Chain(old, new *Chain) {
+// RecordChain records in d how one chain changes from old to new (nil:
+// absent on that side). Tables from one enforcer.Compiler share what did
+// not change, so the same pointer is no change. A change of hook or
+// priority cannot be made in place: d becomes Full.
+func (d *Delta) RecordChain(old, new *Chain) {
 	switch {
 	case d.Full || old == new:
 	case old == nil:
@@ -98,10 +98,10 @@ func (d *Delta) Chain(old, new *Chain) {
 	}
 }
 
-// Set records in d how one set changes from old to new (nil: absent on
-// that side), as Chain does for chains. A change of type, flags or comment
-// cannot be made in place: d becomes Full.
-func (d *Delta) Set(old, new *Set) {
+// RecordSet records in d how one set changes from old to new (nil: absent
+// on that side), as RecordChain does for chains. A change of type, flags
+// or comment cannot be made in place: d becomes Full.
+func (d *Delta) RecordSet(old, new *Set) {
 	switch {
 	case d.Full || old == new:
 	case old == nil:
