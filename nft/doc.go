@@ -21,11 +21,14 @@
 // nft encodes the same text (checked by the kernel tests, which list both
 // with `nft list table` and diff them). The kernel commits a batch as one
 // transaction, so packets see the old table or the new one, never a mix,
-// and a refused batch leaves the old table in place.
+// and a refused batch leaves the old table in place. The daemon writes a
+// whole table with Conn.ApplyGuarded, which reads the table's owner record
+// (see Owner) right before the batch goes and lets the caller refuse it.
 //
-// Conn.UpdateAt and Conn.WriteDeltaAt write only a Delta (see Diff): added,
-// rewritten and deleted chains and sets, added and removed elements. The
-// *At forms carry the ruleset generation the caller last verified, and the
+// Conn.WriteDeltaAt writes only a Delta (see Diff and
+// enforcer.Compiler.Delta): added, rewritten and deleted chains and sets,
+// added and removed elements; Conn.Update diffs two tables first. The *At
+// forms carry the ruleset generation the caller last verified, and the
 // kernel refuses the batch (ErrGenerationChanged) if anyone committed since.
 // Batches go as nft sends them, without an ack or echo per message; the
 // generation the kernel echoes for the batch confirms the commit and is

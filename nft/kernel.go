@@ -37,7 +37,9 @@ type BatchStats struct {
 	ElementsAdded   int  // encoded set elements (an interval is two)
 	ElementsDeleted int
 	// Generation is the ruleset generation the batch created, as the kernel
-	// announced it for this very commit; when nothing was written, the
-	// current generation. Pass it to the next ApplyAt or UpdateAt.
+	// announced it for this very commit; for a batch that changed nothing,
+	// the current generation (for an empty delta, which sends no batch, the
+	// one passed in). Pass it to the next WriteDeltaAt (or ApplyAt), which
+	// the kernel refuses if anyone committed in between.
 	Generation uint32
 }

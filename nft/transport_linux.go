@@ -88,8 +88,8 @@ func (c *Conn) dialLarge() (*netlink.Conn, error) {
 }
 
 // Generation returns the current ruleset generation of the namespace. It
-// changes with every batch anyone commits there; pass it to ApplyAt or
-// UpdateAt to write only if nobody has committed since.
+// changes with every batch anyone commits there; pass it to WriteDeltaAt
+// (or ApplyAt) to write only if nobody has committed since.
 func (c *Conn) Generation() (uint32, error) {
 	nl, err := c.dial()
 	if err != nil {
