@@ -51,6 +51,7 @@ func FuzzCompile(f *testing.F) {
 			t.Fatalf("problems compiling a valid cluster: %v\n%s", problems, gc.yaml())
 		}
 		checkAgainstReference(t, gc, table)
+		checkExplain(t, gc)
 		kernel.apply(t, table, gc)
 	})
 }

@@ -27,6 +27,9 @@ type policyState struct {
 	selProblems []Problem
 	types       map[networkingv1.PolicyType]bool
 	chains      map[string]*nft.Chain // by direction name, for each direction it isolates
+	// ruleIndex: by direction name, the index in spec.ingress or
+	// spec.egress of the rule each chain rule compiles (see Explain).
+	ruleIndex map[string][]int
 
 	ruleProblems []Problem // rules or ports left out; reported while active
 	peerUses     []peerUse // shared peer sets its rules match against
@@ -215,7 +218,7 @@ func (c *Compiler) deactivate(p *policyState) {
 // planPolicy builds what follows from a policy's spec: its selector, its
 // chains, the sets they use, and what cannot be compiled.
 func (c *Compiler) planPolicy(np *networkingv1.NetworkPolicy) *policyState {
-	p := &policyState{key: objKey{np.Namespace, np.Name}, np: np, types: policyTypes(np), chains: map[string]*nft.Chain{}}
+	p := &policyState{key: objKey{np.Namespace, np.Name}, np: np, types: policyTypes(np), chains: map[string]*nft.Chain{}, ruleIndex: map[string][]int{}}
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil {
 		p.selProblems = []Problem{{Object: policyObject(np), Err: fmt.Errorf("spec.podSelector: %w", err)}}
@@ -255,7 +258,12 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 		}
 	}
 
+	var index []int // the spec rule of each chain rule
 	for i, r := range specs {
+		add := func(rule nft.Rule) {
+			ch.Rules = append(ch.Rules, rule)
+			index = append(index, i)
+		}
 		where := fmt.Sprintf("%s[%d]", d.name, i)
 		comment := truncateComment(fmt.Sprintf("%s/%s %s", np.Namespace, np.Name, where))
 		parsed, err := parsePeers(np.Namespace, r.peers)
@@ -309,7 +317,7 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 				p.portUses = append(p.portUses, use)
 				for _, f := range families {
 					exprs := append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(use, f)})
-					ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
+					add(nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
 				}
 				continue
 			}
@@ -326,14 +334,15 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 				portExprs = append(portExprs, nft.DportRange{First: first, Last: last})
 			}
 			if parsed == nil {
-				ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(portExprs, allow...), Comment: comment})
+				add(nft.Rule{Exprs: append(portExprs, allow...), Comment: comment})
 				continue
 			}
 			for _, f := range families {
 				exprs := append(matchPeer(f), portExprs...)
-				ch.Rules = append(ch.Rules, nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
+				add(nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
 			}
 		}
 	}
+	p.ruleIndex[d.name] = index
 	return ch
 }

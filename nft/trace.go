@@ -72,27 +72,13 @@ func (tr *tracer) run(c *Chain, depth int) (VerdictKind, error) {
 func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 	p := &tr.p
 	for _, e := range r.Exprs {
+		if ok, isMatch := tr.match(e); isMatch {
+			if !ok {
+				return "", nil
+			}
+			continue
+		}
 		switch e := e.(type) {
-		case CtStateEstablishedRelated:
-			if !p.Established {
-				return "", nil
-			}
-		case CtStatusDNAT:
-			if !p.DNAT {
-				return "", nil
-			}
-		case ReversePath:
-			if p.WrongIif {
-				return "", nil
-			}
-		case AddrEq:
-			if tr.addr(e.Field) != e.Addr {
-				return "", nil
-			}
-		case AddrInSet:
-			if !tr.inFamily(e.Family) || !tr.lookup(e.Set, tr.addr(e.Field), 0, 0) {
-				return "", nil
-			}
 		case AddrVmap:
 			if !tr.inFamily(e.Family) {
 				return "", nil
@@ -108,30 +94,6 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 				}
 			}
 			return "", nil
-		case L4ProtoEq:
-			if p.Proto != e.Proto {
-				return "", nil
-			}
-		case DportRange:
-			if p.Dport < e.First || p.Dport > e.Last {
-				return "", nil
-			}
-		case AddrProtoPortInSet:
-			if !tr.inFamily(e.Family) || !tr.lookup(e.Set, tr.addr(e.Field), p.Proto, p.Dport) {
-				return "", nil
-			}
-		case ICMPv6TypeRange:
-			if FamilyOf(p.Src) != IPv6 || p.Proto != ProtoICMPv6 || p.ICMPType < e.First || p.ICMPType > e.Last {
-				return "", nil
-			}
-		case MarkBitsSet:
-			if p.Mark&e.Bits != e.Bits {
-				return "", nil
-			}
-		case CtMarkBitsSet:
-			if p.CtMark&e.Bits != e.Bits {
-				return "", nil
-			}
 		case SetMark:
 			p.Mark = p.Mark&^(e.Clear|e.Set) | e.Set
 		case Verdict:
@@ -142,6 +104,38 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 		}
 	}
 	return "", nil
+}
+
+// match evaluates e if it is a match expression (isMatch), reporting
+// whether the packet matches it; statements (marks, maps, verdicts) are
+// left to the caller.
+func (tr *tracer) match(e Expr) (ok, isMatch bool) {
+	p := &tr.p
+	switch e := e.(type) {
+	case CtStateEstablishedRelated:
+		return p.Established, true
+	case CtStatusDNAT:
+		return p.DNAT, true
+	case ReversePath:
+		return !p.WrongIif, true
+	case AddrEq:
+		return tr.addr(e.Field) == e.Addr, true
+	case AddrInSet:
+		return tr.inFamily(e.Family) && tr.lookup(e.Set, tr.addr(e.Field), 0, 0), true
+	case L4ProtoEq:
+		return p.Proto == e.Proto, true
+	case DportRange:
+		return p.Dport >= e.First && p.Dport <= e.Last, true
+	case AddrProtoPortInSet:
+		return tr.inFamily(e.Family) && tr.lookup(e.Set, tr.addr(e.Field), p.Proto, p.Dport), true
+	case ICMPv6TypeRange:
+		return FamilyOf(p.Src) == IPv6 && p.Proto == ProtoICMPv6 && p.ICMPType >= e.First && p.ICMPType <= e.Last, true
+	case MarkBitsSet:
+		return p.Mark&e.Bits == e.Bits, true
+	case CtMarkBitsSet:
+		return p.CtMark&e.Bits == e.Bits, true
+	}
+	return false, false
 }
 
 func (tr *tracer) verdict(c *Chain, v Verdict, depth int) (VerdictKind, error) {

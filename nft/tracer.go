@@ -40,3 +40,26 @@ func (x *Tracer) Trace(hookChain string, p Packet) (TraceResult, error) {
 	}
 	return TraceResult{Verdict: v, Mark: tr.p.Mark, Path: tr.path}, nil
 }
+
+// Matches reports whether p matches every match expression of rule i of
+// chain, up to the rule's first statement (a mark set, a map, a verdict),
+// which is not run. A trace stops at the first rule that decides; this
+// answers for any rule, which is how `nftpolicy explain` lists every rule
+// that allows a connection, not just the first.
+func (x *Tracer) Matches(chain string, i int, p Packet) (bool, error) {
+	c, ok := x.chains[chain]
+	if !ok || i < 0 || i >= len(c.Rules) {
+		return false, fmt.Errorf("trace: no rule %d in chain %q", i, chain)
+	}
+	tr := &tracer{chains: x.chains, sets: x.sets, p: p}
+	for _, e := range c.Rules[i].Exprs {
+		ok, isMatch := tr.match(e)
+		if !isMatch {
+			return true, nil
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -1,6 +1,7 @@
 package reference
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -65,6 +66,45 @@ func (r Evaluator) Allowed(c Conn) bool {
 		}
 	}
 	return true
+}
+
+// A Judgement is one direction's check of a connection at a pod of the
+// node: the policies isolating the pod for it, and every rule of theirs
+// that allows the connection, each "namespace/name direction[index]".
+type Judgement struct {
+	Isolating []string
+	Allowing  []string
+}
+
+// Explain is Allowed in detail: the egress check of the source and the
+// ingress check of the destination, each nil when that end is no pod of
+// this node taking part. It does not decide the self (DNAT) case.
+func (r Evaluator) Explain(c Conn) (egress, ingress *Judgement) {
+	src, dst := r.podAt(c.Src), r.podAt(c.Dst)
+	judge := func(pod *corev1.Pod, t networkingv1.PolicyType, dir string) *Judgement {
+		if pod == nil || pod.Spec.NodeName != r.node {
+			return nil
+		}
+		j := &Judgement{}
+		for _, np := range r.isolating(pod, t) {
+			j.Isolating = append(j.Isolating, np.Namespace+"/"+np.Name)
+			if t == networkingv1.PolicyTypeIngress {
+				for i, rule := range np.Spec.Ingress {
+					if r.peersMatch(np.Namespace, rule.From, c.Src, src) && portsMatch(rule.Ports, c, dst) {
+						j.Allowing = append(j.Allowing, fmt.Sprintf("%s/%s %s[%d]", np.Namespace, np.Name, dir, i))
+					}
+				}
+			} else {
+				for i, rule := range np.Spec.Egress {
+					if r.peersMatch(np.Namespace, rule.To, c.Dst, dst) && portsMatch(rule.Ports, c, dst) {
+						j.Allowing = append(j.Allowing, fmt.Sprintf("%s/%s %s[%d]", np.Namespace, np.Name, dir, i))
+					}
+				}
+			}
+		}
+		return j
+	}
+	return judge(src, networkingv1.PolicyTypeEgress, "egress"), judge(dst, networkingv1.PolicyTypeIngress, "ingress")
 }
 
 // TakesPart reports whether p takes part in policy: pods in phase Succeeded

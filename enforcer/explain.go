@@ -1,0 +1,218 @@
+package enforcer
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// An Explanation says why the first packet of a connection gets the
+// verdict it gets on this node (`nftpolicy explain`): the verdict of the
+// compiled table, whom the addresses belong to, and per direction judged
+// here whether the pod is isolated, by which policies, and every rule of
+// theirs that allows the connection. It is read from the table the daemon
+// programs and its tracer (nft.Tracer), not from the policies, so it
+// explains what the kernel does.
+type Explanation struct {
+	Verdict  nft.VerdictKind // Accept or Drop
+	From, To Endpoint
+	// Egress is the source pod's egress check, Ingress the destination
+	// pod's ingress check; nil when that end is no pod of this node (the
+	// check belongs to its own node, or to nobody).
+	Egress, Ingress *Side
+	// Path is each rule that decided on the way, "chain: rule", as
+	// nft.TraceResult has it.
+	Path []string
+}
+
+// An Endpoint is one end of the connection.
+type Endpoint struct {
+	Addr  netip.Addr
+	Pod   string // "namespace/name"; "" when no pod taking part has Addr
+	Local bool   // the pod is on this node
+	// Node is the pod's node, when the caller knows it (the compiler
+	// knows only whether it is this one).
+	Node string
+}
+
+func (e Endpoint) String() string {
+	switch {
+	case e.Pod == "":
+		return e.Addr.String() + " (no pod: not selectable by policy, matched by ipBlock only)"
+	case e.Local:
+		return fmt.Sprintf("%s (pod %s, on this node)", e.Addr, e.Pod)
+	case e.Node == "":
+		return fmt.Sprintf("%s (pod %s, on another node)", e.Addr, e.Pod)
+	}
+	return fmt.Sprintf("%s (pod %s, on node %s)", e.Addr, e.Pod, e.Node)
+}
+
+// A Side is one direction's check of the pod at one end.
+type Side struct {
+	Direction string // "egress" or "ingress"
+	Pod       string
+	// Policies are the policies isolating the pod in this direction, in
+	// the order its chain jumps to them; none means it is not isolated
+	// and the direction allows everything.
+	Policies []string
+	// Allows is every rule of those policies that allows the connection.
+	Allows []RuleRef
+	// Self: allowed as the pod reaching itself (through a Service).
+	Self bool
+}
+
+// Isolated reports whether a policy selects the pod for this direction.
+func (s *Side) Isolated() bool { return len(s.Policies) > 0 }
+
+// Allowed reports whether this direction lets the connection through.
+func (s *Side) Allowed() bool { return !s.Isolated() || len(s.Allows) > 0 || s.Self }
+
+// A RuleRef is one rule of a policy: spec.ingress[Rule] or spec.egress[Rule].
+type RuleRef struct {
+	Policy    string // "namespace/name"
+	Direction string
+	Rule      int
+}
+
+func (r RuleRef) String() string { return fmt.Sprintf("%s %s[%d]", r.Policy, r.Direction, r.Rule) }
+
+// Explain explains p, the first packet of a connection, through table,
+// the table the last Compile returned.
+func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error) {
+	tracer := nft.NewTracer(table)
+	res, err := tracer.Trace(forwardChainName(), p)
+	if err != nil {
+		return nil, err
+	}
+	x := &Explanation{Verdict: res.Verdict, Path: res.Path, From: c.endpoint(p.Src), To: c.endpoint(p.Dst)}
+	byChain := map[string]*policyState{}
+	for _, ps := range c.policies {
+		if !ps.active {
+			continue
+		}
+		for _, ch := range ps.chains {
+			byChain[ch.Name] = ps
+		}
+	}
+	side := func(end Endpoint, d direction) (*Side, error) {
+		if !end.Local {
+			return nil, nil
+		}
+		ns, name, _ := strings.Cut(end.Pod, "/")
+		s := &Side{Direction: d.name, Pod: end.Pod}
+		pc := c.podChains[podChainKey{objKey{ns, name}, d.name}]
+		if pc == nil {
+			return s, nil
+		}
+		for i, r := range pc.chain.Rules {
+			if v, ok := jumpTarget(r); ok {
+				ps := byChain[v]
+				if ps == nil {
+					return nil, fmt.Errorf("explain: chain %s of %s jumps to %s, which is no policy's", pc.chain.Name, end.Pod, v)
+				}
+				s.Policies = append(s.Policies, ps.key.String())
+				chain := ps.chains[d.name]
+				for j := range chain.Rules {
+					ok, err := tracer.Matches(chain.Name, j, p)
+					if err != nil {
+						return nil, err
+					}
+					ref := RuleRef{Policy: ps.key.String(), Direction: d.name, Rule: ps.ruleIndex[d.name][j]}
+					if ok && !slices.Contains(s.Allows, ref) {
+						s.Allows = append(s.Allows, ref)
+					}
+				}
+				continue
+			}
+			if isSelfRule(r) {
+				ok, err := tracer.Matches(pc.chain.Name, i, p)
+				if err != nil {
+					return nil, err
+				}
+				s.Self = s.Self || ok
+			}
+		}
+		return s, nil
+	}
+	if x.Egress, err = side(x.From, egress); err != nil {
+		return nil, err
+	}
+	if x.Ingress, err = side(x.To, ingress); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// endpoint resolves an address to the pod holding it, as the compiler
+// gave addresses out (see addressClaims).
+func (c *Compiler) endpoint(a netip.Addr) Endpoint {
+	e := Endpoint{Addr: a}
+	if cl := c.claims.first[a.Unmap()]; cl != nil {
+		e.Pod, e.Local = cl.view.key.String(), cl.view.local
+	}
+	return e
+}
+
+// jumpTarget is the chain a pod chain's rule jumps to, if it is a jump.
+func jumpTarget(r nft.Rule) (string, bool) {
+	if len(r.Exprs) == 1 {
+		if v, ok := r.Exprs[0].(nft.Verdict); ok && v.Kind == nft.Jump {
+			return v.Chain, true
+		}
+	}
+	return "", false
+}
+
+// isSelfRule reports whether a pod chain's rule is the one letting the pod
+// reach itself (see Compiler.podChain).
+func isSelfRule(r nft.Rule) bool {
+	return slices.ContainsFunc(r.Exprs, func(e nft.Expr) bool { _, ok := e.(nft.CtStatusDNAT); return ok })
+}
+
+// String is the explanation as `nftpolicy explain` prints it.
+func (x *Explanation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "verdict: %s\n", x.Verdict)
+	fmt.Fprintf(&b, "from:    %s\n", x.From)
+	fmt.Fprintf(&b, "to:      %s\n", x.To)
+	for _, s := range []struct {
+		side *Side
+		end  Endpoint
+		name string
+	}{{x.Egress, x.From, "egress"}, {x.Ingress, x.To, "ingress"}} {
+		switch {
+		case s.side == nil && s.end.Pod == "":
+			fmt.Fprintf(&b, "%s: %s is no pod; nothing to check\n", s.name, s.end.Addr)
+		case s.side == nil:
+			fmt.Fprintf(&b, "%s: %s is not on this node; its own node checks %s\n", s.name, s.end.Pod, s.name)
+		case !s.side.Isolated():
+			fmt.Fprintf(&b, "%s: %s is not isolated for %s (no policy selects it): allowed\n", s.name, s.side.Pod, s.name)
+		default:
+			fmt.Fprintf(&b, "%s: %s is isolated for %s by %s\n", s.name, s.side.Pod, s.name, strings.Join(s.side.Policies, ", "))
+			for _, r := range s.side.Allows {
+				fmt.Fprintf(&b, "  allowed by %s\n", r)
+			}
+			if s.side.Self {
+				fmt.Fprintf(&b, "  allowed: the pod reaching itself through a Service\n")
+			}
+			if !s.side.Allowed() {
+				fmt.Fprintf(&b, "  no rule of these policies allows it: dropped\n")
+			}
+		}
+	}
+	if x.Verdict == nft.Drop && (x.Egress == nil || x.Egress.Allowed()) && (x.Ingress == nil || x.Ingress.Allowed()) {
+		// Dropped ahead of the pod checks: an unknown address under
+		// --default-deny-unknown, or a revoked connection.
+		fmt.Fprintf(&b, "dropped ahead of the pod checks (an address of a pod CIDR that is no known pod, under --default-deny-unknown, or a revoked connection)\n")
+	}
+	if len(x.Path) > 0 {
+		fmt.Fprintf(&b, "rules that decided:\n")
+		for _, p := range x.Path {
+			fmt.Fprintf(&b, "  %s\n", p)
+		}
+	}
+	return b.String()
+}
