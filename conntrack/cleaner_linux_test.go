@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nftpolicy/nftpolicy/conntrack"
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 

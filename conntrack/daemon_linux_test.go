@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // TestIntegrationRunStopsNarrowedFlows runs the daemon (`nftpolicy run`,

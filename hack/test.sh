@@ -6,7 +6,7 @@ set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 hack/deps.sh
 # kube-apiserver and etcd for the tests against a real API server
-# (hack/apiserver): built once into hack/tools/bin, and again only when
+# (internal/apiserver): built once into hack/tools/bin, and again only when
 # hack/tools changes (a cold build is 6-10 min on 2 idle cores, a relink seconds).
 NFTPOLICY_TOOLS_BIN=$(hack/tools/build.sh)
 export NFTPOLICY_TOOLS_BIN

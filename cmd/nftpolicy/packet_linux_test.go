@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // The packet tests of the core: real sockets between pod namespaces, routed

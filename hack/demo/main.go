@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 func main() { os.Exit(run()) }

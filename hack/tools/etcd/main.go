@@ -1,5 +1,5 @@
 // Command etcd is the etcd server, built from go.etcd.io/etcd/server/v3 for
-// hack/apiserver (upstream's own main, in the go.etcd.io/etcd/v3 root module,
+// internal/apiserver (upstream's own main, in the go.etcd.io/etcd/v3 root module,
 // is exactly this call).
 package main
 

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nftpolicy/nftpolicy/hack/apiserver"
+	"github.com/nftpolicy/nftpolicy/internal/apiserver"
 	"github.com/nftpolicy/nftpolicy/internal/testbin"
 )
 

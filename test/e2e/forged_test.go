@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // TestDataPlaneForgedSourceStaysOut: x/a is isolated for ingress. y/a

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // Faults injected one after another into a running nftpolicy while the

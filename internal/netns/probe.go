@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns/internal/probe"
+	"github.com/nftpolicy/nftpolicy/internal/netns/internal/probe"
 )
 
 // Probe reports whether from reaches to on proto ("tcp", "udp" or "sctp") and
@@ -131,7 +131,7 @@ var probeTable = `table inet probe {
 		flags dynamic,timeout
 		timeout ` + sctpSeenTimeout + `
 		counter
-		comment "sctp sport . dport of every SCTP packet delivered here (hack/netns ProbeSCTP)"
+		comment "sctp sport . dport of every SCTP packet delivered here (internal/netns ProbeSCTP)"
 	}
 	chain input {
 		type filter hook input priority filter; policy accept;

@@ -1,4 +1,4 @@
-// Package probe holds the probes of the hack/netns harness, shared by the
+// Package probe holds the probes of the internal/netns harness, shared by the
 // nettool command and the harness itself (which runs them in-process on a
 // thread switched into the source network namespace).
 //

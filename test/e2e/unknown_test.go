@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // TestDataPlaneDenyUnknown: with --default-deny-unknown, a pod that has

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nftpolicy/nftpolicy/hack/apiserver"
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/apiserver"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // nftList returns `nft list table inet nftpolicy` in the node's namespace,

@@ -1,4 +1,4 @@
-// Command nettool is the in-namespace half of the hack/netns harness: it serves
+// Command nettool is the in-namespace half of the internal/netns harness: it serves
 // TCP and UDP (echo) on a list of ports, and probes one address with TCP, UDP or
 // a hand-built SCTP INIT sent through a raw IP socket.
 //
@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns/internal/probe"
+	"github.com/nftpolicy/nftpolicy/internal/netns/internal/probe"
 )
 
 const (

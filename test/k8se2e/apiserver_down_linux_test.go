@@ -15,8 +15,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nftpolicy/nftpolicy/hack/apiserver"
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/apiserver"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // readyz returns the daemon's /readyz status code and body.

@@ -1,6 +1,6 @@
 // Package k8se2e holds the integration tests of the Kubernetes source
-// against a real kube-apiserver (hack/apiserver) and real packets between
-// network namespaces (hack/netns):
+// against a real kube-apiserver (internal/apiserver) and real packets between
+// network namespaces (internal/netns):
 //
 //   - TestIntegrationDeployManifests creates every object under deploy/ on
 //     the API server with strict field validation, so the server itself
@@ -19,6 +19,6 @@
 //     rather than per retry; after a restart (same etcd) /readyz is 200
 //     again by itself and a policy created then is programmed.
 //
-// They need root, the hack/netns tools, and the binaries of
+// They need root, the internal/netns tools, and the binaries of
 // hack/tools/build.sh; without them they skip, or fail when $CI is set.
 package k8se2e

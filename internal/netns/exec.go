@@ -81,7 +81,7 @@ func nettool(path string) (*tool, error) {
 	return built, builtErr
 }
 
-const nettoolPkg = "github.com/nftpolicy/nftpolicy/hack/netns/cmd/nettool"
+const nettoolPkg = "github.com/nftpolicy/nftpolicy/internal/netns/cmd/nettool"
 
 func buildNettool() (*tool, error) {
 	goBin, err := exec.LookPath("go")

@@ -2,7 +2,7 @@
 // NetworkPolicy e2e suite (test/e2e/network/netpol in kubernetes/kubernetes)
 // and the corners of the design brief, proven with real packets between
 // network namespaces that real `nftpolicy run` daemons program. Its tests are
-// named TestDataPlane*; they need root (hack/netns.RequireRoot: they skip
+// named TestDataPlane*; they need root (netns.RequireRoot: they skip
 // without it, and fail instead when $CI is set).
 //
 // # Cluster

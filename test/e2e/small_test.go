@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // A small is a one-node cluster for a test of its own: the pods asked for,

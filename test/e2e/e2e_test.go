@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftpolicy/nftpolicy/hack/netns"
+	"github.com/nftpolicy/nftpolicy/internal/netns"
 )
 
 // probeTimeout bounds one probe attempt. Between namespaces of one machine an
