@@ -116,7 +116,7 @@ func Compile(snap *k8s.Snapshot, opts Options) (*nft.Table, []Problem) {
 type Compiler struct {
 	opts Options
 	bit  uint32
-	gen  uint64 // calls so far: marks what a call created
+	call uint64 // Compile calls so far: the number of the current one
 
 	// The snapshot lists last walked (see walkChanges).
 	nsList     []*corev1.Namespace
@@ -237,7 +237,7 @@ type changes struct {
 // table is the forward base chain at priority, then everything snap asks
 // for, as the function Compile would build it.
 func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Problem) {
-	c.gen++
+	c.call++
 	c.touched = touched{chains: map[string]*nft.Chain{}, sets: map[string]*nft.Set{}, patches: map[*nft.Set]nft.SetUpdate{}}
 	ch := &changes{
 		pods:       map[string][]podChange{},

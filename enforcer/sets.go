@@ -278,11 +278,11 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 // give each element (two pods may briefly share an address), and an
 // element is in the set while its count is positive.
 type portSets struct {
-	use     portUse
-	refs    int
-	count   map[nft.Element]int
-	sets    map[nft.IPFamily]*nft.Set
-	created uint64 // generation: sets made from the pods as they are now need no patch
+	use    portUse
+	refs   int
+	count  map[nft.Element]int
+	sets   map[nft.IPFamily]*nft.Set
+	madeIn uint64 // the Compile call (Compiler.call) that made them: made from the pods as they are now, they need no patch
 }
 
 // namedPortSetName is `ingress-port-<name>-<proto>-v4` (this node's pods)
@@ -312,7 +312,7 @@ func (c *Compiler) candidates(u portUse) []*pod {
 func (c *Compiler) acquirePortSets(u portUse) {
 	e := c.portSets[u]
 	if e == nil {
-		e = &portSets{use: u, count: map[nft.Element]int{}, sets: map[nft.IPFamily]*nft.Set{}, created: c.gen}
+		e = &portSets{use: u, count: map[nft.Element]int{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
 		c.portSets[u] = e
 		elems := map[nft.IPFamily][]nft.Element{}
 		for _, pd := range c.candidates(u) {
@@ -364,7 +364,7 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 		return
 	}
 	for _, e := range c.portSets {
-		if e.created == c.gen {
+		if e.madeIn == c.call {
 			continue
 		}
 		var gone, came []nft.Element
