@@ -58,6 +58,7 @@ type config struct {
 	debounce         time.Duration
 	maxDelay         time.Duration
 	driftCheck       time.Duration
+	explain          explainFlags
 }
 
 const usage = `usage: nftpolicy <command> [flags]
@@ -66,6 +67,7 @@ commands:
   apply    program the ruleset for this node's pods once, then exit
   run      program the ruleset and keep it in step with the cluster or the manifests
   dump     print the ruleset apply would program, as nft text
+  explain  say why a connection is allowed or dropped on this node: the policies and rules deciding it
   cleanup  delete nftpolicy's table (refused while a running daemon owns it, unless --force)
   version  print the version
 
@@ -85,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	case "apply", "run", "dump", "cleanup":
+	case "apply", "run", "dump", "explain", "cleanup":
 	default:
 		fmt.Fprintf(stderr, "nftpolicy: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -104,6 +106,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "dump":
 		err = dump(cfg, stdout, log)
+	case "explain":
+		err = explain(cfg, stdout, log)
 	case "apply":
 		err = apply(cfg, log)
 	case "run":
@@ -162,6 +166,12 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		return nil
 	})
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "program an empty table when --manifests holds no objects, which enforces nothing (without it apply and dump fail, and run keeps the last programmed state); under run, also program a directory that comes back without any NetworkPolicy after it was removed or emptied")
+	if cmd == "explain" {
+		fs.StringVar(&cfg.explain.from, "from", "", "the connection's source: an address, or namespace/pod")
+		fs.StringVar(&cfg.explain.to, "to", "", "the connection's destination: an address, or namespace/pod")
+		fs.StringVar(&cfg.explain.proto, "proto", "tcp", "tcp, udp or sctp")
+		fs.UintVar(&cfg.explain.port, "port", 0, "the destination port")
+	}
 	if cmd == "run" {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how often to check the manifests directory for changes")
