@@ -118,8 +118,8 @@ func defaultPolicyPorts(ports []networkingv1.NetworkPolicyPort) {
 
 // The normalize functions run after validation succeeded, so every address
 // they touch parses. They rewrite addresses into one spelling so that the
-// compiler and the rendered ruleset never see two spellings of one
-// address: IPs in netip's canonical form, CIDRs masked to their prefix
+// compiler, the rendered ruleset and `explain` never see two spellings of
+// one address: IPs in netip's canonical form, CIDRs masked to their prefix
 // (10.0.0.1/24 becomes 10.0.0.0/24, which is what the API server's
 // ParseCIDRSloppy and every enforcer make of it anyway).
 
