@@ -3,6 +3,7 @@ package enforcer
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"go.uber.org/zap"
@@ -74,13 +75,13 @@ var ErrTakenOver = errors.New("another nftpolicy took over the table")
 // and lost belong to whoever holds syncMu; stop and lost are under mu.
 type ownership struct {
 	me        nft.Owner
-	beacon    *nft.Beacon // held from the first claim until Close
-	owned     bool        // our record has been committed to the table
-	foreign   bool        // the last record judged was not ours: only a whole write replaces it
-	announced string      // what was last logged about another owner: a state and its token
-	stop      error       // why nothing more is written, for good; nil while running
-	lost      error       // ErrTakenOver while a live owner holds the table we owned
-	taker     nft.Owner   // who took the table over, while lost is set
+	beacon    io.Closer // nft.Beacon, held from the first claim until Close
+	owned     bool      // our record has been committed to the table
+	foreign   bool      // the last record judged was not ours: only a whole write replaces it
+	announced string    // what was last logged about another owner: a state and its token
+	stop      error     // why nothing more is written, for good; nil while running
+	lost      error     // ErrTakenOver while a live owner holds the table we owned
+	taker     nft.Owner // who took the table over, while lost is set
 }
 
 // Owner returns the record this Syncer writes into the table.
@@ -358,7 +359,7 @@ func ApplyOnce(conn *nft.Conn, table *nft.Table, takeOver bool, log *zap.Logger)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Syncer{conn: conn, opts: Options{Table: table.Name, TakeOver: takeOver}, log: log}
+	s := &Syncer{conn: connKernel{conn}, opts: Options{Table: table.Name, TakeOver: takeOver}, log: log}
 	if err := s.checkNetns(); err != nil {
 		return nft.BatchStats{}, err
 	}

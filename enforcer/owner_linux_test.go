@@ -39,6 +39,9 @@ func openSyncer(t *testing.T, ns string, opts Options) *Syncer {
 	return s
 }
 
+// nftConn is the *nft.Conn under a Syncer that openSyncer made.
+func nftConn(s *Syncer) *nft.Conn { return s.conn.(connKernel).Conn }
+
 var (
 	ownerSnap   = cluster(policy("x", "deny", denyIngress))
 	ownerChange = cluster(policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))))
@@ -254,7 +257,7 @@ func TestKernelOwnerApplyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := mustCompile(t, ownerChange)
-	conn := d.conn
+	conn := nftConn(d)
 	if _, err := ApplyOnce(conn, table, false, zap.NewNop()); !errors.Is(err, ErrOwned) {
 		t.Errorf("apply over a running daemon: %v, want ErrOwned", err)
 	}
@@ -609,14 +612,14 @@ func TestKernelCleanupRefusesRunningOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := zaptest.NewLogger(t)
-	err := Cleanup(d.conn, DefaultTable, false, log)
+	err := Cleanup(nftConn(d), DefaultTable, false, log)
 	if !errors.Is(err, ErrOwned) || !strings.Contains(err.Error(), d.Owner().ID()) {
 		t.Errorf("cleanup under a running daemon: %v; want ErrOwned naming %s", err, d.Owner().ID())
 	}
 	if got := recordIn(t, d); got != d.Owner().Comment() {
 		t.Errorf("record %q after a refused cleanup", got)
 	}
-	if err := Cleanup(d.conn, DefaultTable, true, log); err != nil {
+	if err := Cleanup(nftConn(d), DefaultTable, true, log); err != nil {
 		t.Errorf("forced cleanup: %v", err)
 	}
 	if _, err := d.conn.TableComment(DefaultTable); !errors.Is(err, nft.ErrNoTable) {
@@ -627,7 +630,7 @@ func TestKernelCleanupRefusesRunningOwner(t *testing.T) {
 	}
 	d.Close() // the daemon stops
 	for i := 0; i < 2; i++ {
-		if err := Cleanup(d.conn, DefaultTable, false, log); err != nil {
+		if err := Cleanup(nftConn(d), DefaultTable, false, log); err != nil {
 			t.Errorf("cleanup #%d after the daemon stopped: %v", i+1, err)
 		}
 	}

@@ -23,7 +23,7 @@ type PrioritySetting struct {
 // A Syncer programs snapshots into the kernel: it resolves the priority
 // from the live ruleset, compiles, and applies the table in one batch.
 type Syncer struct {
-	conn     *nft.Conn
+	conn     kernel // connKernel in production (see kernel)
 	opts     Options
 	priority PrioritySetting
 	log      *zap.Logger
@@ -39,23 +39,28 @@ type Syncer struct {
 	cleaned *nft.Table
 
 	mu           sync.Mutex
-	generation   uint64       // successful syncs so far
-	lastErr      error        // of the most recent sync
-	last         *nft.Table   // as last programmed; nil before the first sync or after a failure
-	gen          uint32       // ruleset generation at which last was verified; 0 unknown
-	repairs      uint64       // drift found and repaired
-	conflicts    uint64       // deltas refused because someone else committed
-	readBacks    uint64       // conflicts and drift checks the monitor could not settle
-	monitor      *nft.Monitor // commits by others, while Run runs
-	prio         int32        // resolved forward priority
-	prioResolved bool         // prio is current; cleared by CheckDrift
-	own          ownership    // the table's owner record (see owner.go)
+	generation   uint64        // successful syncs so far
+	lastErr      error         // of the most recent sync
+	last         *nft.Table    // as last programmed; nil before the first sync or after a failure
+	gen          uint32        // ruleset generation at which last was verified; 0 unknown
+	repairs      uint64        // drift found and repaired
+	conflicts    uint64        // deltas refused because someone else committed
+	readBacks    uint64        // conflicts and drift checks the monitor could not settle
+	monitor      commitMonitor // commits by others, while Run runs
+	prio         int32         // resolved forward priority
+	prioResolved bool          // prio is current; cleared by CheckDrift
+	own          ownership     // the table's owner record (see owner.go)
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
 // the priority comes from setting, resolved against the live ruleset on the
 // first sync and again on the first sync after each drift check.
 func NewSyncer(conn *nft.Conn, opts Options, setting PrioritySetting, log *zap.Logger) *Syncer {
+	return newSyncer(connKernel{conn}, opts, setting, log)
+}
+
+// newSyncer is NewSyncer on any kernel: nft.Fake in the tests.
+func newSyncer(conn kernel, opts Options, setting PrioritySetting, log *zap.Logger) *Syncer {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
@@ -79,7 +84,9 @@ type SyncResult struct {
 // ResolvePriority resolves a priority setting against the base chains now
 // on the forward hook of conn's netns (those of table excepted), logging a
 // warning for an explicit value that is not ahead of them.
-func ResolvePriority(conn *nft.Conn, setting PrioritySetting, table string, log *zap.Logger) (int32, error) {
+func ResolvePriority(conn interface {
+	BaseChains(hook string) ([]nft.BaseChain, error)
+}, setting PrioritySetting, table string, log *zap.Logger) (int32, error) {
 	others, err := conn.BaseChains("forward")
 	if err != nil {
 		return 0, fmt.Errorf("read forward chains: %w", err)
@@ -439,7 +446,7 @@ func (s *Syncer) Status() (generation uint64, lastErr error) {
 // conflict and every periodic drift check reads the table, and a change by
 // someone else waits for the next periodic check.
 func (s *Syncer) WatchCommits() {
-	m, err := s.conn.Monitor(s.opts.Table)
+	m, err := s.conn.Watch(s.opts.Table)
 	if err != nil {
 		s.log.Warn("cannot follow the commits of other processes; each of their commits will cost a read of our table", zap.Error(err))
 		return
