@@ -1,35 +1,19 @@
 package netns
 
 import (
-	"os"
-	"os/exec"
 	"testing"
+
+	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
 
-// RequireRoot skips t unless the process is root and ip, nft and sysctl are
-// installed; when the environment variable CI is set it fails t instead, so
-// that a misconfigured CI runner cannot pass by skipping every kernel test.
+// Tools are the commands a Cluster runs besides nettool.
+var Tools = []string{"ip", "nft", "sysctl", "bridge"}
+
+// RequireRoot is testns.RequireRoot for what a Cluster needs: root and
+// Tools.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	missing := ""
-	if os.Geteuid() != 0 {
-		missing = "root (network namespaces)"
-	}
-	for _, bin := range []string{"ip", "nft", "sysctl", "bridge"} {
-		if missing != "" {
-			break
-		}
-		if _, err := exec.LookPath(bin); err != nil {
-			missing = bin
-		}
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("this test needs %s; CI is set, so failing instead of skipping", missing)
-	}
-	t.Skipf("this test needs %s", missing)
+	testns.RequireRoot(t, Tools...)
 }
 
 // NewTestCluster is NewCluster for tests: it calls RequireRoot, fails t on

@@ -3,9 +3,9 @@
 //
 // # Rules
 //
-// Kernel tests need root. Under CI (the CI environment variable is set) a
-// test without root fails instead of skipping, so a CI run can never pass by
-// running nothing. Every namespace is removed when its test ends, pass or
+// Kernel tests need root, and some need tools (ip, nft, ...). Under CI (the
+// CI environment variable is set) a test without them fails instead of
+// skipping, so a CI run can never pass by running nothing. Every namespace is removed when its test ends, pass or
 // fail, and names carry a random suffix so parallel runs never collide.
 package testns
 
@@ -18,16 +18,31 @@ import (
 	"testing"
 )
 
-// RequireRoot fails in CI and skips elsewhere when the test is not root.
-func RequireRoot(t testing.TB) {
+// RequireRoot skips t unless the process is root and every one of tools is
+// on the PATH; when the environment variable CI is set it fails t instead,
+// so that a misconfigured CI runner cannot pass by skipping every kernel
+// test.
+func RequireRoot(t testing.TB, tools ...string) {
 	t.Helper()
-	if os.Geteuid() == 0 {
+	missing := ""
+	if os.Geteuid() != 0 {
+		missing = "root"
+	}
+	for _, bin := range tools {
+		if missing != "" {
+			break
+		}
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = bin
+		}
+	}
+	if missing == "" {
 		return
 	}
 	if os.Getenv("CI") != "" {
-		t.Fatal("kernel tests need root, and CI must run them")
+		t.Fatalf("this kernel test needs %s; CI is set, so failing instead of skipping", missing)
 	}
-	t.Skip("kernel tests need root")
+	t.Skipf("this kernel test needs %s", missing)
 }
 
 // New creates a network namespace named prefix-<random>, removed when the
