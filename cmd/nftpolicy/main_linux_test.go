@@ -1,18 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -182,87 +176,38 @@ func TestIntegrationCleanup(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// A daemon is an `nftpolicy run` process.
-type daemon struct {
-	cmd    *exec.Cmd
-	health string
-	mu     sync.Mutex
-	log    bytes.Buffer
-
-	waitOnce sync.Once
-	waitErr  error
-}
-
-// wait waits for the process to exit, once, however many goroutines ask:
-// two concurrent exec.Cmd.Wait calls on one process can block forever.
-func (d *daemon) wait() error {
-	d.waitOnce.Do(func() { d.waitErr = d.cmd.Wait() })
-	return d.waitErr
-}
+// A daemon is an `nftpolicy run` process, killed when the test ends.
+type daemon struct{ *testbin.Daemon }
 
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{health: freeAddr(t)}
-	d.cmd = exec.Command(testbin.Nftpolicy(t), append([]string{"run", "--health-addr", d.health}, args...)...)
-	pr, pw := io.Pipe()
-	d.cmd.Stderr = pw
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			d.mu.Lock()
-			d.log.WriteString(sc.Text() + "\n")
-			d.mu.Unlock()
-		}
-		io.Copy(io.Discard, pr) // a line too long for the scanner must not stall the process
-	}()
-	if err := d.cmd.Start(); err != nil {
+	d, err := testbin.StartDaemon(testbin.Nftpolicy(t), args...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		d.cmd.Process.Kill() // harmless when it has exited
-		d.wait()
-		pw.Close()
+		d.Kill() // harmless when it has exited
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.logText())
+			t.Logf("daemon log:\n%s", d.Logs())
 		}
 	})
-	return d
+	return &daemon{d}
 }
 
-func (d *daemon) logText() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.log.String()
-}
-
-// waitGeneration waits until /readyz reports a synced generation above
-// after, and returns it.
-func (d *daemon) waitGeneration(t *testing.T, after int) int {
+// waitGeneration waits until /readyz is ready with a synced generation
+// above after, and returns it.
+func (d *daemon) waitGeneration(t *testing.T, after uint64) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
+	var r testbin.Readyz
+	var err error
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + d.health + "/readyz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var gen int
-			if _, err := fmt.Sscanf(string(body), "synced generation %d", &gen); err == nil && resp.StatusCode == 200 && gen > after {
-				return gen
-			}
+		if r, err = d.Readyz(); err == nil && r.Ready && r.Generation > after {
+			return r.Generation
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("no synced generation above %d within 15s", after)
+	t.Fatalf("no synced generation above %d within 15s; last /readyz %q, error %v", after, r.Body, err)
 	return 0
 }
 
@@ -292,8 +237,8 @@ func TestIntegrationRunFollowsChanges(t *testing.T) {
 	if listing := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(listing, "x/allow-from-y") {
 		t.Errorf("a policy the broken file held is no longer programmed:\n%s", listing)
 	}
-	if !strings.Contains(d.logText(), "NetworkPolicy x/bad") {
-		t.Errorf("the broken policy is not reported:\n%s", d.logText())
+	if !strings.Contains(d.Logs(), "NetworkPolicy x/bad") {
+		t.Errorf("the broken policy is not reported:\n%s", d.Logs())
 	}
 	// Fixed, and allow-from-y replaced: ready, and it goes.
 	writeFile(t, filepath.Join(dir, "policies.yaml"), clusterFile(t, "policies.yaml", "  name: allow-from-y\n", "  name: allow-from-z\n", "ns: \"y\"", "ns: z"))
@@ -304,10 +249,7 @@ func TestIntegrationRunFollowsChanges(t *testing.T) {
 
 	// SIGTERM leaves the rules in place.
 	before := testns.ListTable(t, ns, "nftpolicy")
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.wait(); err != nil {
+	if err := d.Stop(15 * time.Second); err != nil {
 		t.Fatalf("daemon exit after SIGTERM: %v", err)
 	}
 	if after := testns.ListTable(t, ns, "nftpolicy"); after != before {
@@ -394,5 +336,3 @@ func TestIntegrationBrokenCorpus(t *testing.T) {
 		})
 	}
 }
-
-func TestMain(m *testing.M) { testbin.Main(m) }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,22 +30,16 @@ func TestIntegrationSecondDaemonOnOneNetns(t *testing.T) {
 	firstOwner := ownerRecord(t, testns.ListTable(t, ns, "nftpolicy"))
 
 	second := startDaemon(t, args...)
-	done := make(chan error, 1)
-	go func() { done <- second.wait() }()
 	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(second.logText(), "owner=") {
-			t.Errorf("second daemon: exit %v, want a failure naming the owner:\n%s", err, second.logText())
+	case <-second.Done():
+		if err := second.Wait(); err == nil || !strings.Contains(second.Logs(), "owner=") {
+			t.Errorf("second daemon: exit %v, want a failure naming the owner:\n%s", err, second.Logs())
 		}
 	case <-time.After(15 * time.Second):
-		// Wait is running: end the process here and let that Wait return,
-		// or the cleanup's Wait would block on the same process forever.
-		second.cmd.Process.Kill()
-		<-done
-		t.Fatalf("second daemon still running after 15s:\n%s", second.logText())
+		t.Fatalf("second daemon still running after 15s:\n%s", second.Logs())
 	}
-	if code, _ := first.readyz(); code != 200 {
-		t.Errorf("first daemon not ready after the refused second: %d", code)
+	if r, err := first.Readyz(); err != nil || !r.Ready {
+		t.Errorf("first daemon not ready after the refused second: %q, %v", r.Body, err)
 	}
 	if code, _, stderr := nftpolicy(t, append([]string{"apply"}, args...)...); code == 0 || !strings.Contains(stderr, "owner=") {
 		t.Errorf("apply over a running daemon's table: exit %d, %s; want refused naming the owner", code, stderr)
@@ -106,7 +99,7 @@ func replaceTable(t *testing.T, ns, record string) {
 
 // healthz returns /healthz's status code, 0 when it does not answer.
 func (d *daemon) healthz() int {
-	resp, err := http.Get("http://" + d.health + "/healthz")
+	resp, err := http.Get("http://" + d.Health + "/healthz")
 	if err != nil {
 		return 0
 	}
@@ -142,12 +135,11 @@ func TestIntegrationOwnerRecordOfDeadOrLiveOwner(t *testing.T) {
 		t.Errorf("the taken-over daemon wrote over the new owner:\n%s", l)
 	}
 
-	second.cmd.Process.Kill() // the new owner dies
-	second.wait()
+	second.Kill() // the new owner dies
 	waitListing(t, ns, "the first daemon's record back", func(l string) bool { return strings.Contains(l, firstOwner) })
 	first.waitReadyz(t, 200)
-	if !strings.Contains(first.logText(), "taking the table back") {
-		t.Errorf("the first daemon did not log taking the table back:\n%s", first.logText())
+	if !strings.Contains(first.Logs(), "taking the table back") {
+		t.Errorf("the first daemon did not log taking the table back:\n%s", first.Logs())
 	}
 }
 
@@ -167,7 +159,7 @@ func TestIntegrationOwnerSimultaneousStart(t *testing.T) {
 	exited := make(chan *daemon, 2)
 	for _, d := range []*daemon{a, b} {
 		go func() {
-			d.wait()
+			d.Wait()
 			exited <- d
 		}()
 	}
@@ -175,19 +167,19 @@ func TestIntegrationOwnerSimultaneousStart(t *testing.T) {
 	select {
 	case loser = <-exited:
 	case <-time.After(15 * time.Second):
-		t.Fatalf("both daemons still run after 15s:\n--- a:\n%s\n--- b:\n%s", a.logText(), b.logText())
+		t.Fatalf("both daemons still run after 15s:\n--- a:\n%s\n--- b:\n%s", a.Logs(), b.Logs())
 	}
 	winner := a
 	if loser == a {
 		winner = b
 	}
-	if code := loser.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(loser.logText(), "owner=") {
-		t.Errorf("the loser exited %d, want 1 naming the owner:\n%s", code, loser.logText())
+	if code := loser.Cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(loser.Logs(), "owner=") {
+		t.Errorf("the loser exited %d, want 1 naming the owner:\n%s", code, loser.Logs())
 	}
 	winner.waitGeneration(t, 0)
 	select {
 	case d := <-exited:
-		t.Errorf("the winner exited too:\n%s", d.logText())
+		t.Errorf("the winner exited too:\n%s", d.Logs())
 	case <-time.After(2 * time.Second):
 	}
 }
@@ -224,8 +216,7 @@ func TestIntegrationCleanupUnderRunningDaemon(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	d.wait()
+	d.Stop(15 * time.Second)
 	if code, _, stderr := nftpolicy(t, "cleanup", "--netns", ns); code != 0 {
 		t.Errorf("cleanup after the daemon stopped: exit %d, %s", code, stderr)
 	}

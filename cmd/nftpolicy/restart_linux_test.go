@@ -25,8 +25,7 @@ func TestIntegrationRestartWithBrokenManifestsKeepsTable(t *testing.T) {
 	if !strings.Contains(before, "x/default-deny") {
 		t.Fatalf("x/default-deny is not programmed:\n%s", before)
 	}
-	first.cmd.Process.Kill()
-	first.wait()
+	first.Kill()
 
 	for _, broken := range []struct{ name, policies string }{
 		{"a kind typo", clusterFile(t, "policies.yaml", "kind: NetworkPolicy\nmetadata:\n  namespace: x\n  name: default-deny", "kind: NetworkPolicyy\nmetadata:\n  namespace: x\n  name: default-deny")},
@@ -39,8 +38,7 @@ func TestIntegrationRestartWithBrokenManifestsKeepsTable(t *testing.T) {
 		if after := testns.ListTable(t, ns, "nftpolicy"); !strings.Contains(after, "x/default-deny") {
 			t.Errorf("%s: the restarted daemon dropped x/default-deny:\n%s", broken.name, after)
 		}
-		d.cmd.Process.Kill()
-		d.wait()
+		d.Kill()
 	}
 
 	// Held, and the kept table deleted by someone else: there is nothing
@@ -57,12 +55,11 @@ func TestIntegrationRestartWithBrokenManifestsKeepsTable(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no table programmed again within 15s after the kept one was deleted:\n%s", held.logText())
+			t.Fatalf("no table programmed again within 15s after the kept one was deleted:\n%s", held.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	held.cmd.Process.Kill()
-	held.wait()
+	held.Kill()
 
 	// Fixed: programmed, without x/egress-to-y, and ready.
 	writeFile(t, filepath.Join(dir, "policies.yaml"), clusterFile(t, "policies.yaml", "name: egress-to-y", "name: egress-to-z"))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,34 +9,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
 
-// readyz returns /readyz's status code and body, 0 when it does not answer.
-func (d *daemon) readyz() (int, string) {
-	resp, err := http.Get("http://" + d.health + "/readyz")
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-// waitReadyz waits until /readyz answers code with a body containing every
-// one of want, and returns the body.
+// waitReadyz waits until /readyz answers code (200 or 503) with a body
+// containing every one of want, and returns the body.
 func (d *daemon) waitReadyz(t *testing.T, code int, want ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	var gotCode int
-	var body string
+	var r testbin.Readyz
+	var err error
 	for time.Now().Before(deadline) {
-		if gotCode, body = d.readyz(); gotCode == code && containsAll(body, want) {
-			return body
+		if r, err = d.Readyz(); err == nil && r.Ready == (code == http.StatusOK) && containsAll(r.Body, want) {
+			return r.Body
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("/readyz: %d %q within 15s, want %d with %q", gotCode, body, code, want)
+	t.Fatalf("/readyz: %q (error %v) within 15s, want %d with %q", r.Body, err, code, want)
 	return ""
 }
 
@@ -93,10 +82,10 @@ func TestIntegrationRunSourceProblems(t *testing.T) {
 
 	// The error is repeated, not logged once.
 	deadline := time.Now().Add(15 * time.Second)
-	for strings.Count(d.logText(), "cannot read all of the manifests") < 3 && time.Now().Before(deadline) {
+	for strings.Count(d.Logs(), "cannot read all of the manifests") < 3 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := strings.Count(d.logText(), "cannot read all of the manifests"); n < 3 {
+	if n := strings.Count(d.Logs(), "cannot read all of the manifests"); n < 3 {
 		t.Errorf("the source error was logged %d times, want it repeated", n)
 	}
 
@@ -126,8 +115,8 @@ func TestIntegrationRunSourceProblems(t *testing.T) {
 	if !hasPolicy(testns.ListTable(t, ns, "nftpolicy")) {
 		t.Errorf("a removed directory opened the pods")
 	}
-	if !strings.Contains(d.logText(), "hold no objects") {
-		t.Errorf("the empty directory was not logged:\n%s", d.logText())
+	if !strings.Contains(d.Logs(), "hold no objects") {
+		t.Errorf("the empty directory was not logged:\n%s", d.Logs())
 	}
 }
 
@@ -136,8 +125,8 @@ func TestIntegrationRunAllowEmpty(t *testing.T) {
 	ns := testns.New(t, "nftpt")
 	d := startDaemon(t, "--manifests", t.TempDir(), "--node", "node-1", "--netns", ns, "--poll", "20ms", "--allow-empty")
 	d.waitGeneration(t, 0)
-	if !strings.Contains(d.logText(), "enforces nothing") {
-		t.Errorf("programming an empty directory was not logged loudly:\n%s", d.logText())
+	if !strings.Contains(d.Logs(), "enforces nothing") {
+		t.Errorf("programming an empty directory was not logged loudly:\n%s", d.Logs())
 	}
 }
 
@@ -210,10 +199,10 @@ func TestIntegrationRunRejectedEditsFailClosed(t *testing.T) {
 			// A copy is one object per pod: nothing changes, and it is ready.
 			copyFile(t, filepath.Join(dir, "pods.yaml"), filepath.Join(dir, "pods-backup.yaml"))
 			deadline := time.Now().Add(15 * time.Second)
-			for !strings.Contains(d.logText(), "identically") && time.Now().Before(deadline) {
+			for !strings.Contains(d.Logs(), "identically") && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if !strings.Contains(d.logText(), `"at": "pods-backup.yaml doc 1", "object": "Pod x/b", "error": "identical duplicate object, also defined at pods.yaml doc 1; used once"`) {
+			if !strings.Contains(d.Logs(), `"at": "pods-backup.yaml doc 1", "object": "Pod x/b", "error": "identical duplicate object, also defined at pods.yaml doc 1; used once"`) {
 				t.Errorf("the identical copy is not reported")
 			}
 			d.waitReadyz(t, http.StatusOK, "synced generation")
@@ -244,7 +233,7 @@ func TestIntegrationRunRejectedEditsFailClosed(t *testing.T) {
 	}
 	gen = d.waitGeneration(t, gen)
 	waitListing(t, ns, "every policy deleted", func(l string) bool { return !strings.Contains(l, "x/default-deny") })
-	if !strings.Contains(d.logText(), `every NetworkPolicy vanished from the manifests at once: programming no policy, which isolates no pod	{"dir": "`+dir+`", "vanished": 3}`) {
+	if !strings.Contains(d.Logs(), `every NetworkPolicy vanished from the manifests at once: programming no policy, which isolates no pod	{"dir": "`+dir+`", "vanished": 3}`) {
 		t.Errorf("deleting every policy was not logged as an error naming how many")
 	}
 	copyFile(t, filepath.Join(clusterDir, "policies.yaml"), filepath.Join(dir, "policies.yaml"))

@@ -31,6 +31,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 )
 
 // Options configure Start.
@@ -61,15 +63,9 @@ type Server struct {
 	caPEM   []byte
 	apiArgs []string
 	mu      sync.Mutex
-	etcd    *proc
-	api     *proc
+	etcd    *testbin.Proc
+	api     *testbin.Proc
 	closed  bool
-}
-
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *os.File
 }
 
 // BinDir returns the directory of the test binaries: $NFTPOLICY_TOOLS_BIN,
@@ -234,7 +230,7 @@ func (s *Server) StopAPIServer() error {
 	if p == nil {
 		return errors.New("kube-apiserver is not running")
 	}
-	p.stop()
+	p.Stop(stopGrace)
 	return nil
 }
 
@@ -250,10 +246,10 @@ func (s *Server) Close() {
 	s.api, s.etcd = nil, nil
 	s.mu.Unlock()
 	if api != nil {
-		api.stop()
+		api.Stop(stopGrace)
 	}
 	if etcd != nil {
-		etcd.stop()
+		etcd.Stop(stopGrace)
 	}
 	if s.tempDir {
 		os.RemoveAll(s.Dir)
@@ -334,7 +330,7 @@ func (s *Server) LogTail(name string, lines int) string {
 	return string(bytes.Join(parts, []byte("\n")))
 }
 
-func (s *Server) startProc(name, bin string, args ...string) (*proc, error) {
+func (s *Server) startProc(name, bin string, args ...string) (*testbin.Proc, error) {
 	log, err := os.OpenFile(filepath.Join(s.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -349,14 +345,17 @@ func (s *Server) startProc(name, bin string, args ...string) (*proc, error) {
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{}), log: log}
+	p := testbin.Started(cmd)
 	go func() {
-		cmd.Wait()
+		<-p.Done()
 		log.Close()
-		close(p.done)
 	}()
 	return p, nil
 }
+
+// stopGrace is how long etcd and kube-apiserver get to exit after SIGTERM
+// before they are killed.
+const stopGrace = 10 * time.Second
 
 // starter runs cmd.Start on one OS thread that never exits. Pdeathsig is
 // sent when the thread that started the child exits, not the process, and
@@ -374,16 +373,6 @@ var starter = func() chan func() {
 	return ch
 }()
 
-func (p *proc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
 func (s *Server) waitReady(timeout time.Duration) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(s.caPEM)
@@ -396,8 +385,8 @@ func (s *Server) waitReady(timeout time.Duration) error {
 		api := s.api
 		s.mu.Unlock()
 		select {
-		case <-api.done:
-			return fmt.Errorf("kube-apiserver exited: %s\n%s", api.cmd.ProcessState, s.LogTail("kube-apiserver.log", 20))
+		case <-api.Done():
+			return fmt.Errorf("kube-apiserver exited: %s\n%s", api.Cmd.ProcessState, s.LogTail("kube-apiserver.log", 20))
 		default:
 		}
 		req, _ := http.NewRequest("GET", s.URL+"/readyz", nil)

@@ -286,10 +286,8 @@ func TestKernelSingleFamilyAndClose(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 	for _, s := range servers {
-		select {
-		case <-s.done:
-		default:
-			t.Errorf("server %d still running after Close", s.cmd.Process.Pid)
+		if !s.proc.Exited() {
+			t.Errorf("server %d still running after Close", s.proc.Cmd.Process.Pid)
 		}
 	}
 	left, err := filepath.Glob("/run/netns/" + c.ID() + "-*")

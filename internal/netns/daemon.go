@@ -1,33 +1,22 @@
 package netns
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-)
 
-// NftpolicyEnv names the environment variable that may hold the path of a
-// prebuilt nftpolicy binary; when it is empty StartDaemons builds one.
-const NftpolicyEnv = "NFTPOLICY_BIN"
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
+)
 
 // DaemonOptions configure StartDaemons.
 type DaemonOptions struct {
-	// Binary is the path of a prebuilt nftpolicy. Default: $NFTPOLICY_BIN,
-	// else built once per process with `go build ./cmd/nftpolicy`.
+	// Binary is the path of a prebuilt nftpolicy. Default: testbin.Path,
+	// $NFTPOLICY_BIN or one built once per process.
 	Binary string
 	// Args are extra flags for `nftpolicy run`, e.g. "--priority", "-10".
 	Args []string
@@ -48,18 +37,13 @@ type Daemons struct {
 	dir     string
 	timeout time.Duration
 	procs   []*daemon
-	client  *http.Client
 
 	mu sync.Mutex // serializes changes: one change, one generation
 }
 
 type daemon struct {
-	node   *Node
-	cmd    *exec.Cmd
-	addr   string // health address, host:port on the caller's loopback
-	logs   *lockedBuffer
-	done   chan struct{}
-	waitEr error
+	node *Node
+	*testbin.Daemon
 }
 
 // StartDaemons starts `nftpolicy run --manifests dir --node N --netns NS` for
@@ -70,18 +54,22 @@ func (c *Cluster) StartDaemons(dir string, opts DaemonOptions) (*Daemons, error)
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 20 * time.Second
 	}
-	bin, err := nftpolicyBinary(opts.Binary)
-	if err != nil {
-		return nil, err
-	}
-	d := &Daemons{dir: dir, timeout: opts.SyncTimeout, client: &http.Client{Timeout: 2 * time.Second}}
-	for _, n := range c.Nodes() {
-		p, err := startDaemon(bin, n, dir, opts)
-		if err != nil {
-			d.Stop()
+	bin := opts.Binary
+	if bin == "" {
+		var err error
+		if bin, err = testbin.Path(); err != nil {
 			return nil, err
 		}
-		d.procs = append(d.procs, p)
+	}
+	d := &Daemons{dir: dir, timeout: opts.SyncTimeout}
+	for _, n := range c.Nodes() {
+		args := append([]string{"--manifests", dir, "--node", n.Name(), "--netns", n.NetnsPath()}, opts.Args...)
+		p, err := testbin.StartDaemon(bin, args...)
+		if err != nil {
+			d.Stop()
+			return nil, fmt.Errorf("nftpolicy for %s: %w", n.Name(), err)
+		}
+		d.procs = append(d.procs, &daemon{node: n, Daemon: p})
 	}
 	c.mu.Lock()
 	c.daemons = append(c.daemons, d)
@@ -93,68 +81,10 @@ func (c *Cluster) StartDaemons(dir string, opts DaemonOptions) (*Daemons, error)
 	return d, nil
 }
 
-// healthAddrRE finds the address in the daemon's "serving health" log line
-// (zap console encoding: `... serving health	{"addr": "127.0.0.1:40123"}`).
-var healthAddrRE = regexp.MustCompile(`serving health\s+\{"addr": "([^"]+)"`)
-
-func startDaemon(bin *tool, n *Node, dir string, opts DaemonOptions) (*daemon, error) {
-	args := append([]string{"run", "--manifests", dir, "--node", n.Name(), "--netns", n.NetnsPath(),
-		"--health-addr", "127.0.0.1:0"}, opts.Args...)
-	cmd := exec.Command(bin.path, args...)
-	if bin.file != nil {
-		cmd.ExtraFiles = []*os.File{bin.file}
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	p := &daemon{node: n, cmd: cmd, logs: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stdout = p.logs
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start nftpolicy for %s: %w", n.Name(), err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		br := bufio.NewReader(stderr)
-		found := false
-		for {
-			line, err := br.ReadString('\n')
-			p.logs.Write([]byte(line))
-			if m := healthAddrRE.FindStringSubmatch(line); m != nil && !found {
-				found = true
-				addrc <- m[1]
-			}
-			if err != nil {
-				break
-			}
-		}
-		p.waitEr = cmd.Wait()
-		close(p.done)
-	}()
-	select {
-	case p.addr = <-addrc:
-		return p, nil
-	case <-p.done:
-		return nil, fmt.Errorf("nftpolicy for %s exited: %v\n%s", n.Name(), p.waitEr, p.logs.String())
-	case <-time.After(opts.SyncTimeout):
-		p.stop()
-		return nil, fmt.Errorf("nftpolicy for %s: no health address after %v\n%s", n.Name(), opts.SyncTimeout, p.logs.String())
-	}
-}
-
 // stop sends SIGTERM (the daemon leaves its table in place, and the
 // namespace goes with the cluster) and kills it if it is not gone within a
 // second.
-func (p *daemon) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return
-	case <-time.After(time.Second):
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
+func (p *daemon) stop() { _ = p.Stop(time.Second) }
 
 // Dir is the manifests directory the daemons follow.
 func (d *Daemons) Dir() string { return d.dir }
@@ -163,7 +93,7 @@ func (d *Daemons) Dir() string { return d.dir }
 func (d *Daemons) Logs(node *Node) string {
 	for _, p := range d.procs {
 		if p.node == node {
-			return p.logs.String()
+			return p.Logs()
 		}
 	}
 	return ""
@@ -180,45 +110,20 @@ func (d *Daemons) Stop() {
 // nothing of the daemon runs after it, and its table stays as it was.
 func (d *Daemons) Kill() {
 	for _, p := range d.procs {
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		_ = p.Daemon.Kill()
 	}
 }
 
-// readyzRE finds the synced generation in a /readyz body, 200 or 503.
-var readyzRE = regexp.MustCompile(`(?m)^synced generation (\d+)$`)
-
-// generation returns the daemon's synced generation (0 before its first
-// successful sync), whether /readyz said ready, and its body. A daemon that
-// is not ready still reports the generation it last synced: a test that
-// fixes a fault waits for the sync after that one, not for the first 200,
-// which may come before the fix is programmed.
-func (d *Daemons) generation(p *daemon) (gen uint64, ready bool, body string, err error) {
-	select {
-	case <-p.done:
-		return 0, false, "", fmt.Errorf("nftpolicy for %s %w: %v", p.node.Name(), errExited, p.waitEr)
-	default:
-	}
-	resp, err := d.client.Get("http://" + p.addr + "/readyz")
+// generation returns the daemon's /readyz. A daemon that is not ready
+// still reports the generation it last synced: a test that fixes a fault
+// waits for the sync after that one, not for the first 200, which may come
+// before the fix is programmed.
+func (d *Daemons) generation(p *daemon) (testbin.Readyz, error) {
+	r, err := p.Readyz()
 	if err != nil {
-		return 0, false, "", err
+		return r, fmt.Errorf("nftpolicy for %s: %w", p.node.Name(), err)
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, false, "", err
-	}
-	body = strings.TrimSpace(string(raw))
-	ready = resp.StatusCode == http.StatusOK
-	m := readyzRE.FindStringSubmatch(body)
-	if m == nil {
-		if ready {
-			return 0, false, body, fmt.Errorf("unexpected /readyz body %q", body)
-		}
-		return 0, false, body, nil
-	}
-	gen, err = strconv.ParseUint(m[1], 10, 64)
-	return gen, ready, body, err
+	return r, nil
 }
 
 // Generations returns every daemon's synced generation, in node order,
@@ -229,12 +134,12 @@ func (d *Daemons) Generations() ([]uint64, error) {
 	gens := make([]uint64, len(d.procs))
 	for i, p := range d.procs {
 		for {
-			g, _, _, err := d.generation(p)
+			r, err := d.generation(p)
 			if err == nil {
-				gens[i] = g
+				gens[i] = r.Generation
 				break
 			}
-			if time.Now().After(deadline) || errors.Is(err, errExited) {
+			if time.Now().After(deadline) || errors.Is(err, testbin.ErrExited) {
 				return nil, err
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -250,13 +155,13 @@ func (d *Daemons) WaitSynced(after []uint64) error {
 	deadline := time.Now().Add(d.timeout)
 	for i, p := range d.procs {
 		for {
-			g, ready, body, err := d.generation(p)
-			if err == nil && ready && g > after[i] {
+			r, err := d.generation(p)
+			if err == nil && r.Ready && r.Generation > after[i] {
 				break
 			}
-			if time.Now().After(deadline) || errors.Is(err, errExited) {
+			if time.Now().After(deadline) || errors.Is(err, testbin.ErrExited) {
 				return fmt.Errorf("nftpolicy for %s did not sync past generation %d within %v (last /readyz %q, error %v); its log:\n%s",
-					p.node.Name(), after[i], d.timeout, body, err, tail(p.logs.String(), 40))
+					p.node.Name(), after[i], d.timeout, r.Body, err, tail(p.Logs(), 40))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -272,24 +177,22 @@ func (d *Daemons) WaitUnready(want string) (string, error) {
 	var first string
 	for i, p := range d.procs {
 		for {
-			_, ready, body, err := d.generation(p)
-			if err == nil && !ready && strings.Contains(body, want) {
+			r, err := d.generation(p)
+			if err == nil && !r.Ready && strings.Contains(r.Body, want) {
 				if i == 0 {
-					first = body
+					first = r.Body
 				}
 				break
 			}
-			if time.Now().After(deadline) || errors.Is(err, errExited) {
+			if time.Now().After(deadline) || errors.Is(err, testbin.ErrExited) {
 				return "", fmt.Errorf("nftpolicy for %s did not turn unready naming %q within %v (last /readyz %q, error %v); its log:\n%s",
-					p.node.Name(), want, d.timeout, body, err, tail(p.logs.String(), 40))
+					p.node.Name(), want, d.timeout, r.Body, err, tail(p.Logs(), 40))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	return first, nil
 }
-
-var errExited = errors.New("exited")
 
 func tail(s string, lines int) string {
 	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -363,81 +266,8 @@ func WriteFileAtomic(path string, data []byte) error {
 	return nil
 }
 
-var (
-	nftpolicyOnce  sync.Once
-	nftpolicyBuilt *tool
-	nftpolicyErr   error
-)
-
-// nftpolicyBinary returns the prebuilt binary at path (or $NFTPOLICY_BIN), or
-// builds one, once per process.
-func nftpolicyBinary(path string) (*tool, error) {
-	if path == "" {
-		path = os.Getenv(NftpolicyEnv)
-	}
-	if path != "" {
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := os.Stat(abs); err != nil {
-			return nil, fmt.Errorf("netns: prebuilt nftpolicy (DaemonOptions.Binary or $%s): %w", NftpolicyEnv, err)
-		}
-		return &tool{path: abs}, nil
-	}
-	nftpolicyOnce.Do(func() { nftpolicyBuilt, nftpolicyErr = buildNftpolicy() })
-	return nftpolicyBuilt, nftpolicyErr
-}
-
-const nftpolicyPkg = "github.com/nftpolicy/nftpolicy/cmd/nftpolicy"
-
-// buildNftpolicy builds the daemon like buildNettool builds nettool: into a
-// temporary directory removed at once, the binary kept open and run as
-// /proc/self/fd/3.
-func buildNftpolicy() (*tool, error) {
-	dir, err := os.MkdirTemp("", "nftpolicy-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	out, err := BuildNftpolicy(dir, "")
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.Open(out)
-	if err != nil {
-		return nil, err
-	}
-	return &tool{path: "/proc/self/fd/3", file: f}, nil
-}
-
-// BuildNftpolicy builds the daemon into dir with the linker flags ldflags
-// ("" for none; the tests of an upgrade build an older layout with -X, see
-// enforcer.Layout) and returns the binary's path, for
-// DaemonOptions.Binary.
-func BuildNftpolicy(dir, ldflags string) (string, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("netns: building nftpolicy needs the go command (or set %s): %w", NftpolicyEnv, err)
-	}
-	out := filepath.Join(dir, "nftpolicy")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	args := []string{"build", "-o", out}
-	if ldflags != "" {
-		args = append(args, "-ldflags", ldflags)
-	}
-	cmd := exec.CommandContext(ctx, goBin, append(args, nftpolicyPkg)...)
-	if _, file, _, ok := runtime.Caller(0); ok {
-		if fi, err := os.Stat(filepath.Dir(file)); err == nil && fi.IsDir() {
-			cmd.Dir = filepath.Dir(file)
-		}
-	}
-	// The caller's environment as it is (no CGO_ENABLED=0): the packages
-	// are then those `go test` and `go vet` already compiled, and the build
-	// costs a link, not a cold compile of client-go.
-	if _, err := output(cmd, nil); err != nil {
-		return "", fmt.Errorf("netns: build nftpolicy: %w", err)
-	}
-	return out, nil
-}
+// BuildNftpolicy is testbin.Build, for DaemonOptions.Binary.
+//
+// Deprecated: call testbin.Build (a build with linker flags) or
+// testbin.Nftpolicy (the binary built once per process).
+func BuildNftpolicy(dir, ldflags string) (string, error) { return testbin.Build(dir, ldflags) }

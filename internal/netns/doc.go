@@ -4,8 +4,9 @@
 //
 // It needs root, iproute2 (ip, bridge), nftables (nft) and sysctl. Every
 // command it runs targets a network namespace it created; nothing is sent on
-// or configured in the caller's own namespace. Tests call RequireRoot, or use
-// NewTestCluster, which also closes the cluster when the test ends.
+// or configured in the caller's own namespace. Tests call RequireRoot
+// (testns.RequireRoot with Tools), or use NewTestCluster, which also closes
+// the cluster when the test ends.
 //
 //	c := netns.NewTestCluster(t, netns.Options{Wiring: netns.Bridged})
 //	n1, _ := c.AddNode("node1")
@@ -129,9 +130,10 @@
 // SetPodLabels change the labels it writes, ResetLabels restores them.
 //
 // StartDaemons (StartTestDaemons in tests) runs one `nftpolicy run --node N
-// --netns <node netns> --health-addr 127.0.0.1:0` per node on one manifests
-// directory, with a binary from $NFTPOLICY_BIN or built once per process
-// (`go build ./cmd/nftpolicy`). Daemons.WriteFile and RemoveFile change the
+// --netns <node netns>` per node on one manifests directory
+// (testbin.StartDaemon: a --health-addr on a port chosen free), with the
+// binary of testbin.Path ($NFTPOLICY_BIN, or built once per process).
+// Daemons.WriteFile and RemoveFile change the
 // directory atomically (WriteFileAtomic: hidden temporary file, rename) and
 // return once every daemon's /readyz "synced generation N" has grown; Change
 // does the same around any single-step change. Close stops the daemons

@@ -9,11 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 )
 
 // runCtx runs a command and returns its standard output; a failure names the
@@ -43,82 +44,42 @@ func output(cmd *exec.Cmd, stdin []byte) ([]byte, error) {
 type tool struct {
 	// path is what `ip netns exec` executes.
 	path string
-	// file, when set, is the open binary, passed to children as fd 3 and
-	// executed as /proc/self/fd/3: the built binary is unlinked right after
-	// the build, so no temporary file outlives the process however it ends.
-	file *os.File
 }
 
 func (t *tool) command(ctx context.Context, ns string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, t.path}, args...)...)
-	if t.file != nil {
-		cmd.ExtraFiles = []*os.File{t.file}
-	}
-	return cmd
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, t.path}, args...)...)
 }
 
-var (
-	builtOnce sync.Once
-	built     *tool
-	builtErr  error
-)
+// nettoolPkg is nettool, relative to the module.
+const nettoolPkg = "./internal/netns/cmd/nettool"
 
-// nettool returns the prebuilt binary at path, or builds one (once per process).
+// nettool returns the prebuilt binary at path, or one built once per
+// process (testbin.Command; static, CGO_ENABLED=0).
 func nettool(path string) (*tool, error) {
-	if path != "" {
-		abs, err := filepath.Abs(path)
+	if path == "" {
+		built, err := testbin.Command(nettoolPkg, "CGO_ENABLED=0")
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("netns: build nettool (or set %s): %w", NettoolEnv, err)
 		}
-		if fi, err := os.Stat(abs); err != nil {
-			return nil, fmt.Errorf("netns: prebuilt nettool (Options.Nettool or $%s): %w", NettoolEnv, err)
-		} else if fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return nil, fmt.Errorf("netns: prebuilt nettool (Options.Nettool or $%s): %s is not an executable file", NettoolEnv, abs)
-		}
-		return &tool{path: abs}, nil
+		return &tool{path: built}, nil
 	}
-	builtOnce.Do(func() { built, builtErr = buildNettool() })
-	return built, builtErr
-}
-
-const nettoolPkg = "github.com/nftpolicy/nftpolicy/internal/netns/cmd/nettool"
-
-func buildNettool() (*tool, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return nil, fmt.Errorf("netns: building nettool needs the go command (or set %s): %w", NettoolEnv, err)
-	}
-	dir, err := os.MkdirTemp("", "nettool-")
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	out := filepath.Join(dir, "nettool")
-	cmd := exec.Command(goBin, "build", "-o", out, nettoolPkg)
-	// Build from this package's source directory when it is there, so the
-	// import path resolves in this module whatever the caller's directory.
-	if _, file, _, ok := runtime.Caller(0); ok {
-		if fi, err := os.Stat(filepath.Dir(file)); err == nil && fi.IsDir() {
-			cmd.Dir = filepath.Dir(file)
-		}
+	if fi, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("netns: prebuilt nettool (Options.Nettool or $%s): %w", NettoolEnv, err)
+	} else if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("netns: prebuilt nettool (Options.Nettool or $%s): %s is not an executable file", NettoolEnv, abs)
 	}
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if _, err := output(cmd, nil); err != nil {
-		return nil, fmt.Errorf("netns: build nettool: %w", err)
-	}
-	f, err := os.Open(out)
-	if err != nil {
-		return nil, err
-	}
-	return &tool{path: "/proc/self/fd/3", file: f}, nil
+	return &tool{path: abs}, nil
 }
 
 // A server is a `nettool serve` running in a pod.
 type server struct {
-	cmd   *exec.Cmd
+	proc  *testbin.Proc
 	stdin *os.File // closing it makes nettool exit (--exit-on-eof)
 	errb  *lockedBuffer
-	done  chan struct{}
 }
 
 const readyTimeout = 10 * time.Second
@@ -139,9 +100,9 @@ func (c *Cluster) startServer(ns string) (*server, error) {
 		inW.Close()
 		return nil, err
 	}
-	s := &server{cmd: cmd, stdin: inW, errb: &lockedBuffer{}, done: make(chan struct{})}
+	s := &server{stdin: inW, errb: &lockedBuffer{}}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, s.errb
-	err = cmd.Start()
+	s.proc, err = testbin.Start(cmd)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -149,10 +110,6 @@ func (c *Cluster) startServer(ns string) (*server, error) {
 		outR.Close()
 		return nil, fmt.Errorf("start nettool in %s: %w", ns, err)
 	}
-	go func() {
-		_ = cmd.Wait()
-		close(s.done)
-	}()
 
 	ready := make(chan error, 1)
 	go func() {
@@ -183,13 +140,7 @@ func (c *Cluster) startServer(ns string) (*server, error) {
 // not within a second.
 func (s *server) stop() {
 	s.stdin.Close()
-	select {
-	case <-s.done:
-		return
-	case <-time.After(time.Second):
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
+	_ = s.proc.WaitOrKill(time.Second)
 }
 
 func joinPorts(ports []int) string {

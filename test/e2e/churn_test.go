@@ -28,6 +28,7 @@ import (
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/netns"
 	"github.com/nftpolicy/nftpolicy/internal/reference"
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -483,7 +484,7 @@ func TestChurnRestartsAndUpgradeUnderProbing(t *testing.T) {
 		}
 	}
 	write()
-	previous, err := netns.BuildNftpolicy(t.TempDir(), "-X github.com/nftpolicy/nftpolicy/enforcer.previousLayout=yes")
+	previous, err := testbin.Build(t.TempDir(), "-X github.com/nftpolicy/nftpolicy/enforcer.previousLayout=yes")
 	if err != nil {
 		t.Fatal(err)
 	}

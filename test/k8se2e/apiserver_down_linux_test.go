@@ -2,7 +2,6 @@ package k8se2e
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,18 +16,8 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/internal/apiserver"
 	"github.com/nftpolicy/nftpolicy/internal/netns"
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 )
-
-// readyz returns the daemon's /readyz status code and body.
-func (d *daemon) readyz() (int, string, error) {
-	resp, err := http.Get("http://" + d.health + "/readyz")
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
 
 // waitReadyz polls /readyz until ok holds for its status and body, failing
 // t after timeout (generous: it bounds a hang, it measures nothing) or if
@@ -36,22 +25,23 @@ func (d *daemon) readyz() (int, string, error) {
 func (d *daemon) waitReadyz(t *testing.T, what string, timeout time.Duration, ok func(code int, body string) bool) (int, string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	var code int
-	var body string
+	var r testbin.Readyz
 	for time.Now().Before(deadline) {
-		select {
-		case <-d.done:
-			t.Fatalf("%s: daemon exited: %v", what, d.cmd.ProcessState)
-		default:
+		if d.Exited() {
+			t.Fatalf("%s: daemon exited: %v", what, d.Cmd.ProcessState)
 		}
 		var err error
-		code, body, err = d.readyz()
-		if err == nil && ok(code, body) {
-			return code, body
+		r, err = d.Readyz()
+		code := http.StatusServiceUnavailable
+		if r.Ready {
+			code = http.StatusOK
+		}
+		if err == nil && ok(code, r.Body) {
+			return code, r.Body
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("%s: not within %v; last /readyz %d %q", what, timeout, code, body)
+	t.Fatalf("%s: not within %v; last /readyz %q", what, timeout, r.Body)
 	return 0, ""
 }
 
@@ -123,7 +113,7 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 		t.Errorf("the table changed while the API server was down:\n%s", got)
 	}
 	checkMatrix(t, c, pods, "API server down", want)
-	if log := d.logText(); !strings.Contains(log, "cannot list and watch at the API server") || !strings.Contains(log, srv.URL) {
+	if log := d.Logs(); !strings.Contains(log, "cannot list and watch at the API server") || !strings.Contains(log, srv.URL) {
 		t.Errorf("the daemon did not log the failure naming %s:\n%s", srv.URL, log)
 	}
 	// Still not ready after every informer has retried: the retries neither
@@ -131,8 +121,8 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 	_, body = d.waitReadyz(t, "two more failed requests per informer", 3*time.Minute, func(code int, body string) bool {
 		return code == http.StatusServiceUnavailable && failedRequests(body) >= 12
 	})
-	if n := strings.Count(d.logText(), "cannot list and watch at the API server"); n > 2 {
-		t.Errorf("%d log lines for %d failed requests, want the first and at most one repeat (backoff):\n%s", n, failedRequests(body), d.logText())
+	if n := strings.Count(d.Logs(), "cannot list and watch at the API server"); n > 2 {
+		t.Errorf("%d log lines for %d failed requests, want the first and at most one repeat (backoff):\n%s", n, failedRequests(body), d.Logs())
 	}
 
 	// Back (same etcd, so the objects are there): ready again by itself.
@@ -147,8 +137,8 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 	if got := nftList(n1); got != before {
 		t.Errorf("the table changed across the restart, where nothing changed:\n%s", got)
 	}
-	if !strings.Contains(d.logText(), "the API server answers again") {
-		t.Errorf("the recovery was not logged:\n%s", d.logText())
+	if !strings.Contains(d.Logs(), "the API server answers again") {
+		t.Errorf("the recovery was not logged:\n%s", d.Logs())
 	}
 
 	// A change made after the restart is programmed.
@@ -174,7 +164,7 @@ func TestIntegrationAPIServerDown(t *testing.T) {
 	want.Expect("y/a", "x/a", true)
 	checkMatrix(t, c, pods, "allow-y created after the restart", want)
 	if os.Getenv("K8SE2E_SHOW_LOG") != "" {
-		t.Logf("daemon log:\n%s", d.logText())
+		t.Logf("daemon log:\n%s", d.Logs())
 	}
 }
 

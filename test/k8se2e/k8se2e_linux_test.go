@@ -1,19 +1,11 @@
 package k8se2e
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -155,91 +147,45 @@ func TestIntegrationDeployManifests(t *testing.T) {
 	createAll(t, srv, objs)
 }
 
-// A daemon is one `nftpolicy run` process.
-type daemon struct {
-	cmd    *exec.Cmd
-	health string
-	mu     sync.Mutex
-	log    bytes.Buffer
-	done   chan struct{}
-}
-
-func (d *daemon) Write(p []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.log.Write(p)
-}
-
-func (d *daemon) logText() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.log.String()
-}
+// A daemon is one `nftpolicy run` process, stopped when the test ends.
+type daemon struct{ *testbin.Daemon }
 
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	d, err := testbin.StartDaemon(testbin.Nftpolicy(t), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	health := ln.Addr().String()
-	ln.Close()
-	d := &daemon{health: health, done: make(chan struct{})}
-	d.cmd = exec.Command(testbin.Nftpolicy(t), append([]string{"run", "--health-addr", health}, args...)...)
-	d.cmd.Stdout, d.cmd.Stderr = d, d
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() {
-		d.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-d.done:
-		case <-time.After(10 * time.Second):
-			d.cmd.Process.Kill()
-			<-d.done
-		}
+		d.Stop(10 * time.Second)
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.logText())
+			t.Logf("daemon log:\n%s", d.Logs())
 		}
 	})
-	return d
+	return &daemon{d}
 }
 
 // generation returns the daemon's synced generation from /readyz, 0 when
-// not synced yet.
-func (d *daemon) generation() (int, error) {
-	resp, err := http.Get("http://" + d.health + "/readyz")
-	if err != nil {
+// not ready.
+func (d *daemon) generation() (uint64, error) {
+	r, err := d.Readyz()
+	if err != nil || !r.Ready {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "synced generation")))
-	if err != nil {
-		return 0, fmt.Errorf("/readyz: %q", b)
-	}
-	return n, nil
+	return r.Generation, nil
 }
 
 func (d *daemon) waitReady(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		select {
-		case <-d.done:
-			t.Fatalf("daemon exited: %v\n%s", d.cmd.ProcessState, d.logText())
-		default:
+		if d.Exited() {
+			t.Fatalf("daemon exited: %v\n%s", d.Cmd.ProcessState, d.Logs())
 		}
 		if n, _ := d.generation(); n > 0 {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("daemon not ready after %v:\n%s", timeout, d.logText())
+	t.Fatalf("daemon not ready after %v:\n%s", timeout, d.Logs())
 }
-
-func TestMain(m *testing.M) { testbin.Main(m) }

@@ -331,7 +331,7 @@ func TestIntegrationAPIServerToKernel(t *testing.T) {
 	})
 	checkMatrix(t, c, pods, "no policies", netns.NewMatrix(keys, true))
 	if os.Getenv("K8SE2E_SHOW_LOG") != "" {
-		t.Logf("daemon log:\n%s", d.logText())
+		t.Logf("daemon log:\n%s", d.Logs())
 	}
 }
 

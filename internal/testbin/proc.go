@@ -1,0 +1,81 @@
+package testbin
+
+import (
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// A Proc is a started command; a goroutine waits for its exit.
+type Proc struct {
+	Cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts cmd and returns it as a Proc.
+func Start(cmd *exec.Cmd) (*Proc, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return Started(cmd), nil
+}
+
+// Started returns cmd, which the caller has started, as a Proc. Nothing
+// else may call cmd.Wait.
+func Started(cmd *exec.Cmd) *Proc {
+	p := &Proc{Cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// Done is closed once the process has exited and its output is copied.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the process to exit and returns what exec.Cmd.Wait did.
+func (p *Proc) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Exited reports whether the process has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends SIGTERM, kills the process if it has not exited within grace,
+// and returns Wait's error. It is safe to call after the process exited.
+func (p *Proc) Stop(grace time.Duration) error {
+	if !p.Exited() {
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	}
+	return p.WaitOrKill(grace)
+}
+
+// WaitOrKill waits up to grace for the process to exit (after the caller
+// asked it to, some other way), then kills it; it returns Wait's error.
+func (p *Proc) WaitOrKill(grace time.Duration) error {
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.Cmd.Process.Kill()
+	}
+	return p.Wait()
+}
+
+// Kill kills the process with SIGKILL, as a crash or an OOM kill would, and
+// waits for it.
+func (p *Proc) Kill() error {
+	if !p.Exited() {
+		_ = p.Cmd.Process.Kill()
+	}
+	return p.Wait()
+}
