@@ -138,8 +138,10 @@ type Compiler struct {
 	policiesByNS   map[string][]*policyState // sorted by name
 	policyProblems map[objKey]*policyState   // those with problems
 
-	peers    map[string]*peerSets  // by peerKey, while some active policy uses them
-	portSets map[portUse]*portSets // named-port sets, likewise
+	// Sets shared by the rules of active policies: peer sets by peerKey,
+	// named-port sets by their use.
+	peers    refCounted[string, *peerSets]
+	portSets refCounted[portUse, *portSets]
 
 	podChains map[podChainKey]*podChain // isolated local pods, by pod and direction
 	dispatch  []*nft.Set                // the four pods maps of the last table
@@ -210,8 +212,6 @@ func NewCompiler(opts Options) *Compiler {
 		policies:       map[objKey]*policyState{},
 		policiesByNS:   map[string][]*policyState{},
 		policyProblems: map[objKey]*policyState{},
-		peers:          map[string]*peerSets{},
-		portSets:       map[portUse]*portSets{},
 		podChains:      map[podChainKey]*podChain{},
 		chains:         map[string]*chainEntry{},
 		sets:           map[string]*setEntry{},

@@ -33,19 +33,13 @@ var hashLengths = []int{8, 16, 32, 2 * sha256.Size}
 // one object to another under a running daemon.
 type nameRegistry struct {
 	sum    func(string) [sha256.Size]byte // sha256 unless a test forces collisions
-	byKey  map[string]*heldName
-	byName map[string]string // name -> the key holding it
-}
-
-type heldName struct {
-	name string
-	refs int
+	byKey  refCounted[string, string]     // key -> its name
+	byName map[string]string              // name -> the key holding it
 }
 
 func newNameRegistry() *nameRegistry {
 	return &nameRegistry{
 		sum:    func(s string) [sha256.Size]byte { return sha256.Sum256([]byte(s)) },
-		byKey:  map[string]*heldName{},
 		byName: map[string]string{},
 	}
 }
@@ -55,27 +49,27 @@ func newNameRegistry() *nameRegistry {
 // hash no other key holds; should even the whole hash be held (only an
 // injected hash function can do that), a counter follows it.
 func (r *nameRegistry) acquire(key string, format func(hash string) string) string {
-	if h, ok := r.byKey[key]; ok {
-		h.refs++
-		return h.name
-	}
+	return r.byKey.acquire(key, func() string {
+		name := r.pick(key, format)
+		r.byName[name] = key
+		return name
+	})
+}
+
+// pick returns the name for a key that holds none.
+func (r *nameRegistry) pick(key string, format func(hash string) string) string {
 	sum := r.sum(key)
 	full := hex.EncodeToString(sum[:])
-	name := ""
 	for _, n := range hashLengths {
-		if cand := format(full[:n]); r.free(cand) {
-			name = cand
-			break
+		if name := format(full[:n]); r.free(name) {
+			return name
 		}
 	}
-	for i := 2; name == ""; i++ {
-		if cand := format(full + "-" + strconv.Itoa(i)); r.free(cand) {
-			name = cand
+	for i := 2; ; i++ {
+		if name := format(full + "-" + strconv.Itoa(i)); r.free(name) {
+			return name
 		}
 	}
-	r.byKey[key] = &heldName{name: name, refs: 1}
-	r.byName[name] = key
-	return name
 }
 
 func (r *nameRegistry) free(name string) bool {
@@ -86,24 +80,18 @@ func (r *nameRegistry) free(name string) bool {
 // name returns the name key holds. It panics for a key nobody holds: every
 // set and chain is named by an acquire before it is built.
 func (r *nameRegistry) name(key string) string {
-	h, ok := r.byKey[key]
+	name, ok := r.byKey.get(key)
 	if !ok {
 		panic(fmt.Sprintf("enforcer: no name registered for %q", key))
 	}
-	return h.name
+	return name
 }
 
 // release drops one holder of key; the last one frees its name.
 func (r *nameRegistry) release(key string) {
-	h, ok := r.byKey[key]
-	if !ok {
-		panic(fmt.Sprintf("enforcer: release of unregistered name key %q", key))
+	if name, last := r.byKey.release(key); last {
+		delete(r.byName, name)
 	}
-	if h.refs--; h.refs > 0 {
-		return
-	}
-	delete(r.byKey, key)
-	delete(r.byName, h.name)
 }
 
 // maxReadable bounds the namespace/name part of chain names. The kernel

@@ -80,9 +80,9 @@ func TestCollidingNamesIncremental(t *testing.T) {
 					}
 					prev = got
 				}
-				if len(inc.chainNames.byKey) != len(inc.chainNames.byName) || len(inc.peerNames.byKey) != len(inc.peerNames.byName) {
+				if inc.chainNames.byKey.len() != len(inc.chainNames.byName) || inc.peerNames.byKey.len() != len(inc.peerNames.byName) {
 					t.Errorf("registries out of step: %d chain keys, %d names; %d peer keys, %d names",
-						len(inc.chainNames.byKey), len(inc.chainNames.byName), len(inc.peerNames.byKey), len(inc.peerNames.byName))
+						inc.chainNames.byKey.len(), len(inc.chainNames.byName), inc.peerNames.byKey.len(), len(inc.peerNames.byName))
 				}
 			})
 		}

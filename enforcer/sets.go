@@ -132,41 +132,37 @@ func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 }
 
 // peerSets are the addresses a peer list allows, as one interval set per
-// family.
+// family. Their users are the rules of active policies matching against
+// them.
 type peerSets struct {
 	key    string
 	parsed *parsedPeers
-	refs   int // rules of active policies matching against the sets
 	sets   map[nft.IPFamily]*nft.Set
 }
 
 func (c *Compiler) acquirePeers(key string, parsed *parsedPeers) {
-	e := c.peers[key]
-	if e == nil {
-		e = &peerSets{key: key, parsed: parsed, sets: map[nft.IPFamily]*nft.Set{}}
-		c.peers[key] = e
+	c.peers.acquire(key, func() *peerSets {
+		e := &peerSets{key: key, parsed: parsed, sets: map[nft.IPFamily]*nft.Set{}}
 		c.computePeers(e)
-		for _, f := range families {
-			c.putSet(e.sets[f])
-		}
-	}
-	e.refs++
+		return e
+	})
 }
 
 func (c *Compiler) releasePeers(key string) {
-	e := c.peers[key]
-	e.refs--
-	if e.refs > 0 {
-		return
-	}
-	delete(c.peers, key)
-	for _, f := range families {
-		c.dropSet(e.sets[f].Name)
+	if e, last := c.peers.release(key); last {
+		c.dropSets(e.sets)
 	}
 }
 
-// computePeers rebuilds the sets whose elements changed: the union of the
-// ipBlocks and of the addresses of the pods the selectors name.
+// dropSets takes the sets of each family out of the table.
+func (c *Compiler) dropSets(sets map[nft.IPFamily]*nft.Set) {
+	for _, f := range families {
+		c.dropSet(sets[f].Name)
+	}
+}
+
+// computePeers (re)builds the sets whose elements changed: the union of
+// the ipBlocks and of the addresses of the pods the selectors name.
 func (c *Compiler) computePeers(e *peerSets) {
 	var all netipx.IPSetBuilder
 	if e.parsed.blocks != nil {
@@ -193,9 +189,7 @@ func (c *Compiler) computePeers(e *peerSets) {
 			Elements: elems,
 		}
 		e.sets[f] = s
-		if e.refs > 0 {
-			c.putSet(s)
-		}
+		c.putSet(s)
 	}
 }
 
@@ -229,7 +223,7 @@ func (c *Compiler) refreshPeers(ch *changes) {
 	if len(ch.pods) == 0 && len(ch.namespaces) == 0 {
 		return
 	}
-	for _, e := range c.peers {
+	for e := range c.peers.values() {
 		if c.peersTouched(e, ch) {
 			c.computePeers(e)
 		}
@@ -276,10 +270,10 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 // The egress ones hold every pod of the cluster serving the name, so a pod
 // event patches them rather than recomputing: count says how many pods
 // give each element (two pods may briefly share an address), and an
-// element is in the set while its count is positive.
+// element is in the set while its count is positive. Their users are the
+// rules of active policies matching against them.
 type portSets struct {
 	use    portUse
-	refs   int
 	count  map[nft.Element]int
 	sets   map[nft.IPFamily]*nft.Set
 	madeIn uint64 // the Compile call (Compiler.call) that made them: made from the pods as they are now, they need no patch
@@ -310,10 +304,8 @@ func (c *Compiler) candidates(u portUse) []*pod {
 }
 
 func (c *Compiler) acquirePortSets(u portUse) {
-	e := c.portSets[u]
-	if e == nil {
-		e = &portSets{use: u, count: map[nft.Element]int{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
-		c.portSets[u] = e
+	c.portSets.acquire(u, func() *portSets {
+		e := &portSets{use: u, count: map[nft.Element]int{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
 		elems := map[nft.IPFamily][]nft.Element{}
 		for _, pd := range c.candidates(u) {
 			for _, el := range pd.portElements(u) {
@@ -328,19 +320,13 @@ func (c *Compiler) acquirePortSets(u portUse) {
 			e.sets[f] = e.newSet(f, elems[f])
 			c.putSet(e.sets[f])
 		}
-	}
-	e.refs++
+		return e
+	})
 }
 
 func (c *Compiler) releasePortSets(u portUse) {
-	e := c.portSets[u]
-	e.refs--
-	if e.refs > 0 {
-		return
-	}
-	delete(c.portSets, u)
-	for _, f := range families {
-		c.dropSet(e.sets[f].Name)
+	if e, last := c.portSets.release(u); last {
+		c.dropSets(e.sets)
 	}
 }
 
@@ -360,10 +346,10 @@ func (e *portSets) newSet(f nft.IPFamily, elems []nft.Element) *nft.Set {
 // refreshPortSets patches the named-port sets with the pods that changed
 // what they serve or where.
 func (c *Compiler) refreshPortSets(ch *changes) {
-	if len(ch.pods) == 0 || len(c.portSets) == 0 {
+	if len(ch.pods) == 0 || c.portSets.len() == 0 {
 		return
 	}
-	for _, e := range c.portSets {
+	for e := range c.portSets.values() {
 		if e.madeIn == c.call {
 			continue
 		}
