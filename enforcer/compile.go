@@ -147,12 +147,13 @@ type Compiler struct {
 	dispatch  []*nft.Set                // the four pods maps of the last table
 
 	// What the next table lists beyond the base chain and the dispatch
-	// maps: policy and pod chains, and every other set. Entries are updated
-	// in place; the sorted order is rebuilt only when membership changes.
-	chains     map[string]*chainEntry
-	chainOrder []*chainEntry // nil when stale
-	sets       map[string]*setEntry
-	setOrder   []*setEntry // nil when stale
+	// maps: policy and pod chains, and every other set.
+	chains tableObjects[*nft.Chain]
+	sets   tableObjects[*nft.Set]
+	// patches are exact element changes made by the current or last
+	// Compile call, keyed by the set they apply to, for sets too large to
+	// compare whole on every event.
+	patches map[*nft.Set]nft.SetUpdate
 	// Names of policy and pod chains and of peer sets, held from the plan
 	// of what uses them (a policy's chains and rules, a pod chain) until it
 	// goes, unique by construction (see nameRegistry).
@@ -164,20 +165,12 @@ type Compiler struct {
 	unknownSets     map[nft.IPFamily]*nft.Set
 	unknownProblems []Problem
 
-	touched              touched    // by the current or last Compile call
 	prevTable, lastTable *nft.Table // returned by the last two calls, for Delta
 }
 
 type objKey struct{ namespace, name string }
 
 func (k objKey) String() string { return k.namespace + "/" + k.name }
-
-type chainEntry struct {
-	sortKey string // policy chains by policy, then pod chains by pod
-	chain   *nft.Chain
-}
-
-type setEntry struct{ set *nft.Set }
 
 type podChainKey struct {
 	pod objKey
@@ -213,8 +206,6 @@ func NewCompiler(opts Options) *Compiler {
 		policiesByNS:   map[string][]*policyState{},
 		policyProblems: map[objKey]*policyState{},
 		podChains:      map[podChainKey]*podChain{},
-		chains:         map[string]*chainEntry{},
-		sets:           map[string]*setEntry{},
 		chainNames:     newNameRegistry(),
 		peerNames:      newNameRegistry(),
 	}
@@ -238,7 +229,9 @@ type changes struct {
 // for, as the function Compile would build it.
 func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Problem) {
 	c.call++
-	c.touched = touched{chains: map[string]*nft.Chain{}, sets: map[string]*nft.Set{}, patches: map[*nft.Set]nft.SetUpdate{}}
+	c.chains.startCall()
+	c.sets.startCall()
+	c.patches = map[*nft.Set]nft.SetUpdate{}
 	ch := &changes{
 		pods:       map[string][]podChange{},
 		targetsNS:  map[string]bool{},
@@ -263,34 +256,14 @@ func (c *Compiler) assemble(priority int32, ch *changes) *nft.Table {
 	if c.dispatch == nil || ch.dispatch {
 		c.dispatch = c.dispatchMaps()
 	}
-	if c.chainOrder == nil {
-		c.chainOrder = make([]*chainEntry, 0, len(c.chains))
-		for _, e := range c.chains {
-			c.chainOrder = append(c.chainOrder, e)
-		}
-		slices.SortFunc(c.chainOrder, func(a, b *chainEntry) int { return cmp.Compare(a.sortKey, b.sortKey) })
-	}
-	if c.setOrder == nil {
-		c.setOrder = make([]*setEntry, 0, len(c.sets))
-		for _, e := range c.sets {
-			c.setOrder = append(c.setOrder, e)
-		}
-		slices.SortFunc(c.setOrder, func(a, b *setEntry) int { return cmp.Compare(a.set.Name, b.set.Name) })
-	}
 	t := &nft.Table{
 		Family: nft.FamilyInet,
 		Name:   c.opts.Table,
-		Chains: make([]*nft.Chain, 0, 1+len(c.chainOrder)),
-		Sets:   make([]*nft.Set, 0, len(c.dispatch)+len(c.setOrder)),
+		Chains: make([]*nft.Chain, 0, 1+c.chains.len()),
+		Sets:   make([]*nft.Set, 0, len(c.dispatch)+c.sets.len()),
 	}
-	t.Chains = append(t.Chains, c.forwardChain(priority))
-	for _, e := range c.chainOrder {
-		t.Chains = append(t.Chains, e.chain)
-	}
-	t.Sets = append(t.Sets, c.dispatch...)
-	for _, e := range c.setOrder {
-		t.Sets = append(t.Sets, e.set)
-	}
+	t.Chains = c.chains.appendSorted(append(t.Chains, c.forwardChain(priority)))
+	t.Sets = c.sets.appendSorted(append(t.Sets, c.dispatch...))
 	return t
 }
 
@@ -305,43 +278,16 @@ func chainSortKey(kind int, key objKey, d direction) string {
 }
 
 // putChain registers ch for the next tables (replacing the chain of the
-// same name), ordered by sortKey.
-func (c *Compiler) putChain(sortKey string, ch *nft.Chain) {
-	c.touchChain(ch.Name)
-	if e, ok := c.chains[ch.Name]; ok {
-		e.chain = ch
-		return
-	}
-	c.chains[ch.Name] = &chainEntry{sortKey: sortKey, chain: ch}
-	c.chainOrder = nil
-}
+// same name), ordered by sortKey (see chainSortKey).
+func (c *Compiler) putChain(sortKey string, ch *nft.Chain) { c.chains.put(ch.Name, sortKey, ch) }
 
-func (c *Compiler) dropChain(name string) {
-	c.touchChain(name)
-	if _, ok := c.chains[name]; ok {
-		delete(c.chains, name)
-		c.chainOrder = nil
-	}
-}
+func (c *Compiler) dropChain(name string) { c.chains.drop(name) }
 
-// putSet registers s for the next tables, replacing the set of the same name.
-func (c *Compiler) putSet(s *nft.Set) {
-	c.touchSet(s.Name)
-	if e, ok := c.sets[s.Name]; ok {
-		e.set = s
-		return
-	}
-	c.sets[s.Name] = &setEntry{set: s}
-	c.setOrder = nil
-}
+// putSet registers s for the next tables, replacing the set of the same
+// name; sets are listed by name.
+func (c *Compiler) putSet(s *nft.Set) { c.sets.put(s.Name, s.Name, s) }
 
-func (c *Compiler) dropSet(name string) {
-	c.touchSet(name)
-	if _, ok := c.sets[name]; ok {
-		delete(c.sets, name)
-		c.setOrder = nil
-	}
-}
+func (c *Compiler) dropSet(name string) { c.sets.drop(name) }
 
 // problems lists what the snapshot holds that could not be compiled: pods
 // first, then policies, each in namespace/name order.

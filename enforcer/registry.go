@@ -1,13 +1,16 @@
 package enforcer
 
 import (
+	"cmp"
 	"fmt"
 	"iter"
+	"slices"
 )
 
-// This file holds the bookkeeping the Compiler keeps its objects in:
-// refCounted for what several users share (peer sets, named-port sets,
-// names).
+// This file holds the two kinds of bookkeeping the Compiler keeps its
+// objects in: refCounted for what several users share (peer sets,
+// named-port sets, names), and tableObjects for the chains and sets the
+// next table lists.
 
 // A refCounted holds one value per key while the key has users: the first
 // acquire of a key makes its value, the last release hands it back to be
@@ -72,4 +75,82 @@ func (r *refCounted[K, V]) values() iter.Seq[V] {
 			}
 		}
 	}
+}
+
+// A tableObjects holds the chains or the sets of the next table beyond the
+// base chain and the dispatch maps, by name. Entries are updated in place;
+// the sorted order is rebuilt only when membership changes.
+//
+// It also records what the current Compile call changed, for Delta: for
+// each name put or dropped since startCall, what the name held before (the
+// zero value: nothing), so Delta compares only those and its cost follows
+// the event.
+type tableObjects[T any] struct {
+	byName  map[string]*tableObject[T]
+	order   []*tableObject[T] // by sortKey; nil when stale
+	touched map[string]T
+}
+
+type tableObject[T any] struct {
+	sortKey string
+	v       T
+}
+
+// startCall forgets what the previous Compile call touched.
+func (o *tableObjects[T]) startCall() { o.touched = map[string]T{} }
+
+// put registers v under name for the next tables, replacing what the name
+// held, ordered by sortKey.
+func (o *tableObjects[T]) put(name, sortKey string, v T) {
+	o.touch(name)
+	if e, ok := o.byName[name]; ok {
+		e.v = v
+		return
+	}
+	if o.byName == nil {
+		o.byName = map[string]*tableObject[T]{}
+	}
+	o.byName[name] = &tableObject[T]{sortKey: sortKey, v: v}
+	o.order = nil
+}
+
+// drop takes name out of the next tables, if it is there.
+func (o *tableObjects[T]) drop(name string) {
+	o.touch(name)
+	if _, ok := o.byName[name]; ok {
+		delete(o.byName, name)
+		o.order = nil
+	}
+}
+
+func (o *tableObjects[T]) touch(name string) {
+	if _, ok := o.touched[name]; !ok {
+		o.touched[name] = o.get(name)
+	}
+}
+
+// get returns what name holds; the zero value if nothing.
+func (o *tableObjects[T]) get(name string) T {
+	if e, ok := o.byName[name]; ok {
+		return e.v
+	}
+	var zero T
+	return zero
+}
+
+func (o *tableObjects[T]) len() int { return len(o.byName) }
+
+// appendSorted appends every value to dst in sortKey order.
+func (o *tableObjects[T]) appendSorted(dst []T) []T {
+	if o.order == nil {
+		o.order = make([]*tableObject[T], 0, len(o.byName))
+		for _, e := range o.byName {
+			o.order = append(o.order, e)
+		}
+		slices.SortFunc(o.order, func(a, b *tableObject[T]) int { return cmp.Compare(a.sortKey, b.sortKey) })
+	}
+	for _, e := range o.order {
+		dst = append(dst, e.v)
+	}
+	return dst
 }

@@ -411,7 +411,7 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 			c.putSet(e.sets[f])
 			// The delta can say exactly what changed, without comparing
 			// two sets of every pod in the cluster.
-			c.touched.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true, Added: added, Removed: removed}
+			c.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true, Added: added, Removed: removed}
 		}
 	}
 }
