@@ -31,6 +31,12 @@ import (
 // later write is seen as an event.
 func startFake(t *testing.T, objs ...runtime.Object) (*fake.Clientset, *Informers, <-chan *Snapshot) {
 	t.Helper()
+	return startFakeWith(t, InformerOptions{Coalesce: 10 * time.Millisecond}, objs...)
+}
+
+// startFakeWith is startFake with opts.
+func startFakeWith(t *testing.T, opts InformerOptions, objs ...runtime.Object) (*fake.Clientset, *Informers, <-chan *Snapshot) {
+	t.Helper()
 	client := fake.NewClientset(objs...)
 	var watches atomic.Int32
 	client.PrependWatchReactor("*", func(clienttesting.Action) (bool, watch.Interface, error) {
@@ -39,7 +45,7 @@ func startFake(t *testing.T, objs ...runtime.Object) (*fake.Clientset, *Informer
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	in := NewInformers(client, InformerOptions{Coalesce: 10 * time.Millisecond})
+	in := NewInformers(client, opts)
 	if err := in.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -209,23 +215,46 @@ func TestInformersFollowChanges(t *testing.T) {
 	next(t, ch, "deleted", func(s *Snapshot) bool { return len(s.Pods) == 0 && len(s.Policies) == 0 })
 }
 
-// A burst of changes is coalesced: far fewer Snapshots than events.
+// Changes are coalesced: Watch builds a Snapshot no sooner than the
+// coalesce interval after the change that woke it, so a burst of changes
+// lands in few Snapshots, at most one per interval. Both checks are lower
+// bounds on time: a slow machine only makes them take longer, never fail,
+// and a Watch that sends a Snapshot per change (or waits before nothing)
+// fails them however fast the machine is.
 func TestInformersCoalesceBursts(t *testing.T) {
 	ctx := context.Background()
-	client, _, ch := startFake(t, namespace("x"))
+	const interval = 250 * time.Millisecond
+	client, _, ch := startFakeWith(t, InformerOptions{Coalesce: interval}, namespace("x"))
 	next(t, ch, "initial", func(*Snapshot) bool { return true })
-	const n = 200
-	for i := range n {
-		if _, err := client.CoreV1().Pods("x").Create(ctx, podWithIP("x", fmt.Sprintf("p%03d", i), "10.1.0.1", nil), metav1.CreateOptions{}); err != nil {
+	create := func(name string) {
+		t.Helper()
+		if _, err := client.CoreV1().Pods("x").Create(ctx, podWithIP("x", name, "10.1.0.1", nil), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	seen := 0
-	next(t, ch, "all pods", func(s *Snapshot) bool { seen++; return len(s.Pods) == n })
-	if seen > n/4 {
-		t.Errorf("%d snapshots for %d creates; want bursts coalesced", seen, n)
+
+	// One change: its Snapshot waits out the interval.
+	start := time.Now()
+	create("first")
+	next(t, ch, "first pod", func(s *Snapshot) bool { return len(s.Pods) == 1 })
+	if took := time.Since(start); took < interval {
+		t.Errorf("a Snapshot %v after a change; want none before the coalesce interval, %v", took, interval)
 	}
-	t.Logf("%d snapshots for %d creates", seen, n)
+
+	// A burst. Watch waits on the first of its changes and then builds
+	// the k-th Snapshot no sooner than k intervals after the burst began.
+	const n = 100
+	start = time.Now()
+	for i := range n {
+		create(fmt.Sprintf("p%03d", i))
+	}
+	seen := 0
+	next(t, ch, "all pods", func(s *Snapshot) bool { seen++; return len(s.Pods) == n+1 })
+	took := time.Since(start)
+	if most := int(took / interval); seen > most {
+		t.Errorf("%d Snapshots for %d creates in %v; want at most one per coalesce interval (%v), %d", seen, n, took, interval, most)
+	}
+	t.Logf("%d Snapshots for %d creates in %v", seen, n, took.Round(time.Millisecond))
 }
 
 // An object the API server accepted but the compiler's validation rejects
