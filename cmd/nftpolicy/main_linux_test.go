@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -257,9 +258,22 @@ func TestIntegrationRunFollowsChanges(t *testing.T) {
 	}
 }
 
+// version prints exactly the version the build stamped with -ldflags
+// "-X main.version=..." (hack/build.sh), under each of its spellings.
 func TestIntegrationVersion(t *testing.T) {
-	if code, out, _ := nftpolicy(t, "version"); code != 0 || !strings.HasPrefix(out, "nftpolicy ") {
-		t.Errorf("version: exit %d, %q", code, out)
+	const stamped = "v1.2.3-test+0123abc"
+	bin, err := testbin.Build(t.TempDir(), "-X main.version="+stamped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{"version", "--version", "-version"} {
+		out, err := exec.Command(bin, arg).Output()
+		if want := "nftpolicy " + stamped + "\n"; err != nil || string(out) != want {
+			t.Errorf("nftpolicy %s: %q, %v; want %q", arg, out, err, want)
+		}
+		if code, out, stderr := nftpolicy(t, arg); code != 0 || out != "nftpolicy "+version+"\n" || stderr != "" {
+			t.Errorf("in-process nftpolicy %s: exit %d, %q, stderr %q; want exit 0 and %q", arg, code, out, stderr, "nftpolicy "+version+"\n")
+		}
 	}
 }
 
