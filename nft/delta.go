@@ -49,35 +49,30 @@ func Diff(old, new *Table) *Delta {
 		return &Delta{Full: true, Reason: "another table"}
 	}
 	d := &Delta{}
-	oldChains := map[string]*Chain{}
-	for _, c := range old.Chains {
-		oldChains[c.Name] = c
-	}
-	newChains := map[string]bool{}
-	for _, c := range new.Chains {
-		newChains[c.Name] = true
-		d.RecordChain(oldChains[c.Name], c)
-	}
-	for _, c := range old.Chains {
-		if !newChains[c.Name] {
-			d.RecordChain(c, nil)
-		}
-	}
-	oldSets := map[string]*Set{}
-	for _, s := range old.Sets {
-		oldSets[s.Name] = s
-	}
-	newSets := map[string]bool{}
-	for _, s := range new.Sets {
-		newSets[s.Name] = true
-		d.RecordSet(oldSets[s.Name], s)
-	}
-	for _, s := range old.Sets {
-		if !newSets[s.Name] {
-			d.RecordSet(s, nil)
-		}
-	}
+	pairByName(old.Chains, new.Chains, func(c *Chain) string { return c.Name }, d.RecordChain)
+	pairByName(old.Sets, new.Sets, func(s *Set) string { return s.Name }, d.RecordSet)
 	return d
+}
+
+// pairByName calls record with each object of new and its namesake in old
+// (the zero value if none), in new's order, then with each object only old
+// has and the zero value.
+func pairByName[T any](old, new []T, name func(T) string, record func(old, new T)) {
+	before := make(map[string]T, len(old))
+	for _, o := range old {
+		before[name(o)] = o
+	}
+	kept := make(map[string]bool, len(new))
+	for _, n := range new {
+		kept[name(n)] = true
+		record(before[name(n)], n)
+	}
+	var none T
+	for _, o := range old {
+		if !kept[name(o)] {
+			record(o, none)
+		}
+	}
 }
 
 // RecordChain records in d how one chain changes from old to new (nil:
