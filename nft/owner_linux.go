@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/google/nftables"
@@ -259,12 +261,90 @@ func (c *Conn) Alive(o Owner) (bool, error) {
 	defer unix.Close(fd)
 	switch err := unix.Connect(fd, beaconAddr(o)); {
 	case err == nil:
-		return true, nil
 	case errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.ENOENT):
 		return false, nil
 	default:
 		return false, fmt.Errorf("check owner %s: %w", o.ID(), err)
 	}
+	// Abstract names are not protected: any process of the namespace, of
+	// any user, may bind the name of a beacon whose owner died (it is in
+	// /proc/net/unix and in the table's comment), and keep every later
+	// nftpolicy out. A beacon is an owner's only if its socket belongs to
+	// root or to our own user, as the kernel tells (sock_diag); a datagram
+	// socket has no peer credentials to ask instead.
+	uid, found, err := c.beaconUID(o)
+	if err != nil {
+		return false, fmt.Errorf("check owner %s: %w", o.ID(), err)
+	}
+	if !found {
+		return false, nil // released between the connect and the dump
+	}
+	return uid == 0 || uid == uint32(os.Geteuid()), nil
+}
+
+// sock_diag for unix sockets (linux/unix_diag.h), which x/sys does not
+// define.
+const (
+	udiagShowName  = 0x01
+	udiagShowUID   = 0x40
+	unixDiagName   = 0 // UNIX_DIAG_NAME: sun_path, abstract names with a leading NUL
+	unixDiagUID    = 7 // UNIX_DIAG_UID: the socket's owner, in our user namespace
+	unixDiagMsgLen = 16
+)
+
+// beaconUID finds the socket bound to o's beacon name in this Conn's
+// namespace and returns its owner's uid.
+func (c *Conn) beaconUID(o Owner) (uid uint32, found bool, err error) {
+	var cfg netlink.Config
+	if c.nsFd >= 0 {
+		cfg.NetNS = c.nsFd
+	}
+	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, &cfg)
+	if err != nil {
+		return 0, false, fmt.Errorf("sock_diag: %w", err)
+	}
+	defer nl.Close()
+	// struct unix_diag_req: family, protocol, pad, states, ino, show,
+	// cookie[2].
+	req := make([]byte, 24)
+	req[0] = unix.AF_UNIX
+	binary.NativeEndian.PutUint32(req[4:], 0xffffffff) // every state
+	binary.NativeEndian.PutUint32(req[12:], udiagShowName|udiagShowUID)
+	msgs, err := nl.Execute(netlink.Message{
+		Header: netlink.Header{Type: unix.SOCK_DIAG_BY_FAMILY, Flags: netlink.Request | netlink.Dump},
+		Data:   req,
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("sock_diag dump: %w", err)
+	}
+	want := "\x00" + strings.TrimPrefix(beaconAddr(o).Name, "@")
+	for _, m := range msgs {
+		if len(m.Data) < unixDiagMsgLen {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[unixDiagMsgLen:])
+		if err != nil {
+			return 0, false, fmt.Errorf("sock_diag: %w", err)
+		}
+		var name string
+		var owner uint32
+		var hasUID bool
+		for ad.Next() {
+			switch ad.Type() {
+			case unixDiagName:
+				name = string(ad.Bytes())
+			case unixDiagUID:
+				owner, hasUID = ad.Uint32(), true
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return 0, false, fmt.Errorf("sock_diag: %w", err)
+		}
+		if name == want && hasUID {
+			return owner, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 // unixSocket creates a unix datagram socket in this Conn's namespace. The

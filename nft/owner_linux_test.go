@@ -1,12 +1,17 @@
 package nft
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
@@ -165,6 +170,71 @@ func TestKernelOwnerBeacon(t *testing.T) {
 	b.Close()
 	if alive(checker) {
 		t.Error("alive after its beacon was released")
+	}
+}
+
+// beaconSquatterEnv makes TestKernelOwnerBeaconSquatter's helper process
+// bind the beacon name it holds (see below) and wait to be killed.
+const beaconSquatterEnv = "NFTPOLICY_TEST_BEACON_SQUATTER"
+
+// A process of another user that binds a dead owner's beacon name (it is
+// in /proc/net/unix, and the token in the table's comment) does not make
+// that owner alive: a later nftpolicy would otherwise be refused the
+// table for as long as the squatter runs (the adversarial pass did so
+// as nobody).
+func TestKernelOwnerBeaconSquatter(t *testing.T) {
+	if name := os.Getenv(beaconSquatterEnv); name != "" {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+		if err == nil {
+			err = unix.Bind(fd, &unix.SockaddrUnix{Name: name})
+		}
+		if err != nil {
+			fmt.Println("bind:", err)
+			os.Exit(1)
+		}
+		fmt.Println("bound")
+		time.Sleep(time.Hour) // until killed
+	}
+	ns := testns.New(t, "nftpt")
+	c, err := Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	owner := NewOwner(time.Now())
+	cmd := exec.Command("ip", "netns", "exec", ns, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+		os.Args[0], "-test.run=^TestKernelOwnerBeaconSquatter$", "-test.count=1")
+	cmd.Env = append(os.Environ(), beaconSquatterEnv+"="+beaconAddr(owner).Name)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "bound" {
+		t.Fatalf("the squatter did not bind the beacon name: %q", line)
+	}
+	alive, err := c.Alive(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive {
+		t.Error("an owner is alive because a process of user nobody holds its beacon name")
+	}
+	// Held by root (us), as a daemon holds it after all: alive.
+	cmd.Process.Kill()
+	cmd.Wait()
+	b, err := c.Hold(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if alive, err := c.Alive(owner); err != nil || !alive {
+		t.Errorf("alive while root holds the beacon: %v, %v", alive, err)
 	}
 }
 
