@@ -11,6 +11,10 @@
 //   - policy add: a copy of a policy that selects pods of this node;
 //   - policy edit: a changed port in a rule of such a policy.
 //
+// Which pods are peers, and which label change moves a pod into or out of
+// a peer set, is the compiler's answer (peerOracle), not a copy of its
+// selection.
+//
 // Events of a kind follow one another (200 pod adds are 200 new pods); each
 // kind starts again from the base cluster. Every event must write a delta
 // batch to the kernel: the command fails if one writes nothing or rewrites
@@ -56,6 +60,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,7 +132,11 @@ func run() int {
 
 func bench(ctx context.Context, cfg config, out io.Writer) error {
 	base := scale.Cluster(cfg.namespaces, cfg.pods, cfg.policies, cfg.local, node, false)
-	kinds, err := eventKinds(newCluster(base), cfg.events)
+	c, err := newCluster(base)
+	if err != nil {
+		return err
+	}
+	kinds, err := eventKinds(c, cfg.events)
 	if err != nil {
 		return err
 	}
@@ -478,20 +487,20 @@ func firstNumericPort(np *networkingv1.NetworkPolicy) *intstr.IntOrString {
 
 // A cluster is what the events need to know of the base snapshot.
 type cluster struct {
-	base  *k8s.Snapshot
-	peers peerSelectors
+	base *k8s.Snapshot
+	// peers tells which change moves a pod into or out of a peer set.
+	peers *peerOracle
 	// active are the policies that select a pod of this node, so their
 	// chains and peer sets are in the table.
 	active []*networkingv1.NetworkPolicy
 	// remote are the pods on other nodes (that take part in policy),
-	// remotePeers those of them that some peer selector of an active
-	// policy selects.
+	// remotePeers those of them that are in a peer set of the base table.
 	remote, remotePeers []*corev1.Pod
 	// The values of the labels peer selectors read, to relabel with.
 	tiers, teams []string
 }
 
-func newCluster(base *k8s.Snapshot) *cluster {
+func newCluster(base *k8s.Snapshot) (*cluster, error) {
 	c := &cluster{base: base, tiers: labelValues(base.Pods, tierLabel), teams: labelValues(base.Namespaces, teamLabel)}
 	localByNS := map[string][]*corev1.Pod{}
 	for _, p := range base.Pods {
@@ -508,20 +517,21 @@ func newCluster(base *k8s.Snapshot) *cluster {
 			c.active = append(c.active, np)
 		}
 	}
-	c.peers = newPeerSelectors(c.active)
-	for _, ns := range base.Namespaces {
-		sels := c.peers.in(ns)
-		for _, p := range podsIn(base.Pods, ns.Name) {
-			if p.Spec.NodeName == node || !takesPart(p) {
-				continue
-			}
-			c.remote = append(c.remote, p)
-			if len(memberships(sels, p.Labels)) > 0 {
-				c.remotePeers = append(c.remotePeers, p)
-			}
+	c.peers = newPeerOracle()
+	inPeerSet, err := c.peers.addresses(base)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range base.Pods {
+		if p.Spec.NodeName == node || !takesPart(p) {
+			continue
+		}
+		c.remote = append(c.remote, p)
+		if inPeerSet.Contains(podAddr(p)) {
+			c.remotePeers = append(c.remotePeers, p)
 		}
 	}
-	return c
+	return c, nil
 }
 
 // takesPart reports whether the enforcer counts p: it has an address of
@@ -529,19 +539,6 @@ func newCluster(base *k8s.Snapshot) *cluster {
 func takesPart(p *corev1.Pod) bool {
 	return !p.Spec.HostNetwork && len(p.Status.PodIPs) > 0 &&
 		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
-}
-
-// podsIn returns the pods of namespace ns, a sub-slice of pods sorted by
-// namespace and name.
-func podsIn(pods []*corev1.Pod, ns string) []*corev1.Pod {
-	from, _ := slices.BinarySearchFunc(pods, ns, func(p *corev1.Pod, ns string) int { return strings.Compare(p.Namespace, ns) })
-	to, _ := slices.BinarySearchFunc(pods[from:], ns, func(p *corev1.Pod, ns string) int {
-		if p.Namespace == ns {
-			return -1 // past every pod of ns
-		}
-		return 1
-	})
-	return pods[from : from+to]
 }
 
 // A relabel is one pod label change: pod gets tier as its tier label.
@@ -565,11 +562,20 @@ func (c *cluster) relabels(events int) ([]relabel, error) {
 			if used[p] {
 				continue
 			}
-			sels := c.peers.in(c.namespace(p.Namespace))
-			before := memberships(sels, p.Labels)
 			for _, tier := range c.tiers {
-				after := memberships(sels, withLabel(p.Labels, tierLabel, tier))
-				if leave && !subset(before, after) || !leave && !subset(after, before) {
+				if tier == p.Labels[tierLabel] {
+					continue
+				}
+				relabelled := p.DeepCopy()
+				relabelled.Labels = withLabel(p.Labels, tierLabel, tier)
+				pods, err := withEdited(c.base.Pods, p.Namespace, p.Name, func(*corev1.Pod) *corev1.Pod { return relabelled })
+				if err != nil {
+					continue
+				}
+				to := *c.base
+				to.Pods = pods
+				entered, left, _ := c.peers.moved(c.base, &to, podAddr(p))
+				if leave && left || !leave && entered {
 					used[p] = true
 					return relabel{p, tier}, true
 				}
@@ -593,16 +599,6 @@ func (c *cluster) relabels(events int) ([]relabel, error) {
 	return out, nil
 }
 
-// subset reports whether every id of a (sorted) is in b (sorted).
-func subset(a, b []int) bool {
-	for _, id := range a {
-		if _, found := slices.BinarySearch(b, id); !found {
-			return false
-		}
-	}
-	return true
-}
-
 // reteam returns namespace event i: a copy of a namespace of cur with
 // another team label, one that moves some of its pods into or out of peer
 // sets. It starts from the (i mod n)th namespace, so events go round them.
@@ -610,27 +606,23 @@ func (c *cluster) reteam(cur *k8s.Snapshot, i int) (*corev1.Namespace, error) {
 	teams := c.teams // sorted
 	for j := range cur.Namespaces {
 		ns := cur.Namespaces[(i+j)%len(cur.Namespaces)]
-		pods := podsIn(cur.Pods, ns.Name)
-		before := c.peers.in(ns)
 		// Try the other teams in turn, starting after the present one.
 		k := slices.Index(teams, ns.Labels[teamLabel])
 		for step := 1; step < len(teams); step++ {
 			changed := ns.DeepCopy()
 			changed.Labels = withLabel(ns.Labels, teamLabel, teams[(k+step+len(teams))%len(teams)])
-			after := c.peers.in(changed)
-			if slices.ContainsFunc(pods, func(p *corev1.Pod) bool {
-				return !slices.Equal(memberships(before, p.Labels), memberships(after, p.Labels))
-			}) {
+			namespaces, err := withEdited(cur.Namespaces, "", ns.Name, func(*corev1.Namespace) *corev1.Namespace { return changed })
+			if err != nil {
+				return nil, err
+			}
+			to := *cur
+			to.Namespaces = namespaces
+			if _, _, moves := c.peers.moved(cur, &to, netip.Addr{}); moves {
 				return changed, nil
 			}
 		}
 	}
 	return nil, fmt.Errorf("no change of a namespace's %s label moves a pod into or out of a peer set", teamLabel)
-}
-
-func (c *cluster) namespace(name string) *corev1.Namespace {
-	i, _ := find(c.base.Namespaces, "", name)
-	return c.base.Namespaces[i]
 }
 
 // labelValues lists the values objs give label key, sorted, and one that
@@ -658,103 +650,100 @@ func withLabel(m map[string]string, key, value string) map[string]string {
 	return out
 }
 
-// peerSelectors are the from and to entries of the policies active on this
-// node, as pod selectors. The pods they select are the elements of the
-// table's peer sets: a pod that one selects coming, going or changing
-// labels changes the kernel.
-type peerSelectors struct {
-	// ownNamespace are the entries without a namespaceSelector, which
-	// select pods of the policy's own namespace, by that namespace.
-	ownNamespace map[string][]peerSelector
-	// anyNamespace select pods in the namespaces namespaces selects.
-	anyNamespace []peerSelector
+// A peerOracle asks the compiler, not a copy of its selection, which
+// addresses a change moves into or out of the table's peer sets: it
+// compiles the snapshots before and after the change with a Compiler of
+// its own (incrementally, so a one-object change costs what an event's
+// compile does) and reads the difference of the two tables.
+type peerOracle struct {
+	c    *enforcer.Compiler
+	last *k8s.Snapshot // what c compiled last
+	prev *nft.Table    // and the table it returned
 }
 
-type peerSelector struct {
-	id         int             // tells apart the sets a pod is in
-	namespaces labels.Selector // nil in ownNamespace
-	pods       labels.Selector
+func newPeerOracle() *peerOracle {
+	return &peerOracle{c: enforcer.NewCompiler(enforcer.Options{Node: node})}
 }
 
-func newPeerSelectors(active []*networkingv1.NetworkPolicy) peerSelectors {
-	ps := peerSelectors{ownNamespace: map[string][]peerSelector{}}
-	// Many policies share a peer spelling (and the compiler shares its
-	// set): keep one selector per spelling.
-	ids := map[string]int{}
-	add := func(np *networkingv1.NetworkPolicy, peer networkingv1.NetworkPolicyPeer) {
-		if peer.PodSelector == nil && peer.NamespaceSelector == nil {
-			return // an ipBlock
-		}
-		pods := labels.Everything()
-		if peer.PodSelector != nil {
-			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
-			if err != nil {
-				return
-			}
-			pods = sel
-		}
-		var namespaces labels.Selector
-		spelling := "own namespace " + np.Namespace
-		if peer.NamespaceSelector != nil {
-			sel, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
-			if err != nil {
-				return
-			}
-			namespaces, spelling = sel, "namespaces "+sel.String()
-		}
-		spelling += ", pods " + pods.String()
-		if _, ok := ids[spelling]; ok {
-			return
-		}
-		ids[spelling] = len(ids)
-		sel := peerSelector{id: len(ids) - 1, namespaces: namespaces, pods: pods}
-		if namespaces == nil {
-			ps.ownNamespace[np.Namespace] = append(ps.ownNamespace[np.Namespace], sel)
-		} else {
-			ps.anyNamespace = append(ps.anyNamespace, sel)
-		}
+// isPeerSet reports whether s is a set of addresses (peer pods, in
+// interval sets with the ipBlocks), not a verdict map (dispatch) or an
+// address . protocol . port set (named ports).
+func isPeerSet(s *nft.Set) bool {
+	return !s.Verdict && (s.Key == nft.KeyIPv4 || s.Key == nft.KeyIPv6)
+}
+
+// compile compiles snap unless it was the last one compiled, and returns
+// its table.
+func (o *peerOracle) compile(snap *k8s.Snapshot) *nft.Table {
+	if snap != o.last {
+		o.prev, _ = o.c.Compile(snap, 0)
+		o.last = snap
 	}
-	for _, np := range active {
-		for _, rule := range np.Spec.Ingress {
-			for _, peer := range rule.From {
-				add(np, peer)
-			}
-		}
-		for _, rule := range np.Spec.Egress {
-			for _, peer := range rule.To {
-				add(np, peer)
+	return o.prev
+}
+
+// addresses returns the addresses in the peer sets of snap's table.
+func (o *peerOracle) addresses(snap *k8s.Snapshot) (*netipx.IPSet, error) {
+	var b netipx.IPSetBuilder
+	for _, s := range o.compile(snap).Sets {
+		if isPeerSet(s) {
+			for _, e := range s.Elements {
+				b.AddRange(elementRange(e))
 			}
 		}
 	}
-	return ps
+	return b.IPSet()
 }
 
-// in returns the selectors that may select pods of namespace ns, ordered
-// by id.
-func (ps peerSelectors) in(ns *corev1.Namespace) []peerSelector {
-	// As the compiler does: the API server gives every namespace its name
-	// as a label.
-	nsLabels := labels.Set(withLabel(ns.Labels, corev1.LabelMetadataName, ns.Name))
-	sels := slices.Clone(ps.ownNamespace[ns.Name])
-	for _, sel := range ps.anyNamespace {
-		if sel.namespaces.Matches(nsLabels) {
-			sels = append(sels, sel)
+// moved reports whether addr (none: netip.Addr{}) enters a peer set and
+// whether it leaves one from the table of from to that of to, and whether
+// any peer set's addresses change at all.
+func (o *peerOracle) moved(from, to *k8s.Snapshot, addr netip.Addr) (entered, left, changed bool) {
+	before := o.compile(from)
+	o.compile(to)
+	d := o.c.Delta()
+	for _, u := range d.UpdateSets {
+		if !isPeerSet(u.New) {
+			continue
+		}
+		changed = true
+		in, out := contains(u.Old.Elements, addr), contains(u.New.Elements, addr)
+		entered = entered || !in && out
+		left = left || in && !out
+	}
+	for _, s := range d.AddSets {
+		if isPeerSet(s) && len(s.Elements) > 0 {
+			changed = true
+			entered = entered || contains(s.Elements, addr)
 		}
 	}
-	slices.SortFunc(sels, func(a, b peerSelector) int { return cmp.Compare(a.id, b.id) })
-	return sels
+	for _, s := range before.Sets {
+		if isPeerSet(s) && len(s.Elements) > 0 && slices.Contains(d.DeleteSets, s.Name) {
+			changed = true
+			left = left || contains(s.Elements, addr)
+		}
+	}
+	return entered, left, changed
 }
 
-// memberships returns the ids of the selectors of sels (from in) that
-// select a pod labelled podLabels: the peer sets it is in.
-func memberships(sels []peerSelector, podLabels map[string]string) []int {
-	var ids []int
-	for _, sel := range sels {
-		if sel.pods.Matches(labels.Set(podLabels)) {
-			ids = append(ids, sel.id)
-		}
+// elementRange is the addresses of an element: Addr, or Addr to Last in
+// an interval set.
+func elementRange(e nft.Element) netipx.IPRange {
+	if e.Last.IsValid() {
+		return netipx.IPRangeFrom(e.Addr, e.Last)
 	}
-	return ids
+	return netipx.IPRangeFrom(e.Addr, e.Addr)
+}
+
+// contains reports whether an element of elems holds addr.
+func contains(elems []nft.Element, addr netip.Addr) bool {
+	return addr.IsValid() && slices.ContainsFunc(elems, func(e nft.Element) bool { return elementRange(e).Contains(addr) })
+}
+
+// podAddr is the pod's first address, the one in IPv4 peer sets.
+func podAddr(p *corev1.Pod) netip.Addr {
+	a, _ := netip.ParseAddr(p.Status.PodIPs[0].IP)
+	return a
 }
 
 // Snapshot lists are sorted by namespace and name; these helpers return
