@@ -1,0 +1,141 @@
+package enforcer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// startRun runs s.Run with t until the test ends, and returns its error
+// channel.
+func startRun(tb testing.TB, s *Syncer, updates <-chan *k8s.Snapshot, timing Timing) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, updates, timing) }()
+	tb.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return done
+}
+
+// eventually polls cond until it holds. The timeout is a safety net far
+// beyond what the loop needs, not a measure of it.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func synced(s *Syncer, n uint64) func() bool {
+	return func() bool { gen, err := s.Status(); return gen >= n && err == nil }
+}
+
+// A burst of updates is one sync, of its last snapshot. Both bounds of a
+// burst end it: MaxDelay while Debounce is far away, and Debounce after
+// the last update while MaxDelay is.
+func TestRunCoalescesABurst(t *testing.T) {
+	for _, timing := range []Timing{
+		{Debounce: time.Hour, MaxDelay: 100 * time.Millisecond, Retry: time.Hour},
+		{Debounce: 100 * time.Millisecond, MaxDelay: time.Hour, Retry: time.Hour},
+	} {
+		s, f := newFakeSyncer(t)
+		updates := make(chan *k8s.Snapshot, 3)
+		updates <- fakeSnapA
+		updates <- fakeSnapB
+		updates <- fakeSnapC
+		startRun(t, s, updates, timing)
+		eventually(t, "the sync of the burst", synced(s, 1))
+		if gen, _ := s.Status(); gen != 1 || f.Batches() != 1 {
+			t.Errorf("%+v: %d syncs, %d batches for a burst of 3; want 1, 1", timing, gen, f.Batches())
+		}
+		holds(t, s, f, fakeSnapC)
+	}
+}
+
+// A sync the kernel refuses makes the daemon unready with the reason, and
+// is retried with the newest snapshot until it goes through.
+func TestRunRetriesARefusedSync(t *testing.T) {
+	s, f := newFakeSyncer(t)
+	boom := errors.New("boom")
+	f.Refuse(1<<30, boom)
+	updates := make(chan *k8s.Snapshot)
+	startRun(t, s, updates, Timing{Debounce: time.Millisecond, Retry: time.Millisecond})
+	updates <- fakeSnapA
+	eventually(t, "a refused sync in Status", func() bool { _, err := s.Status(); return errors.Is(err, boom) })
+	eventually(t, "retries", func() bool { return f.Batches() >= 3 })
+	updates <- fakeSnapB // while failing: the retry takes the newest
+	f.Refuse(0, nil)
+	eventually(t, "the retry going through", synced(s, 1))
+	holds(t, s, f, fakeSnapB)
+}
+
+// A commit by someone else to our table makes Run check it for drift and
+// repair it at once, not at the next periodic check (none here).
+// (TestKernelRunRepairsForeignCommitAtOnce on the kernel.)
+func TestRunRepairsForeignCommitAtOnce(t *testing.T) {
+	s, f := newFakeSyncer(t)
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- fakeSnapB
+	startRun(t, s, updates, Timing{Debounce: time.Millisecond, Retry: time.Millisecond})
+	eventually(t, "the first sync and the commit monitor", func() bool { return synced(s, 1)() && s.foreignCommits() != nil })
+	for i, tamper := range []func(){
+		func() { f.Tamper(flushMap("ingress-pods-v4")) },
+		f.DeleteTable,
+	} {
+		tamper()
+		eventually(t, "the repair", func() bool { return s.Repairs() == uint64(i+1) })
+		holds(t, s, f, fakeSnapB)
+	}
+}
+
+// Another table's forward chain at our priority makes Run re-place ours
+// at once, with no cluster change. (TestKernelForeignForwardChainReresolvesPriority.)
+func TestRunReplacesOurChainWhenAnotherTakesItsPriority(t *testing.T) {
+	s, f := newFakeSyncer(t)
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- fakeSnapA
+	startRun(t, s, updates, Timing{Debounce: time.Millisecond, Retry: time.Millisecond})
+	eventually(t, "the first sync and the commit monitor", func() bool { return synced(s, 1)() && s.forwardChains() != nil })
+	if p := fakeForwardPriority(t, f); p != DefaultPriority {
+		t.Fatalf("first priority %d, want %d", p, DefaultPriority)
+	}
+	f.AddForwardChain(nft.BaseChain{Family: nft.FamilyIPv4, Table: "kube-proxy", Name: "forward", Type: "filter", Hook: "forward", Priority: DefaultPriority})
+	eventually(t, "our chain re-placed", func() bool { return fakeForwardPriority(t, f) == DefaultPriority-1 })
+}
+
+func fakeForwardPriority(t *testing.T, f *nft.Fake) int32 {
+	t.Helper()
+	chains, err := f.BaseChains("forward")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chains {
+		if c.Table == DefaultTable {
+			return c.Priority
+		}
+	}
+	t.Fatal("our forward chain is not there")
+	return 0
+}
+
+// A deleted namespace makes the daemon unready within a netns check, for
+// good. (TestKernelRunNetnsDeletedIsNotReadySoon.)
+func TestRunNetnsDeleted(t *testing.T) {
+	s, f := newFakeSyncer(t)
+	updates := make(chan *k8s.Snapshot, 1)
+	updates <- fakeSnapA
+	startRun(t, s, updates, Timing{Debounce: time.Millisecond, Retry: time.Millisecond})
+	eventually(t, "the first sync", synced(s, 1))
+	f.DeleteNetns()
+	eventually(t, "ErrNetnsGone in Status", func() bool { _, err := s.Status(); return errors.Is(err, nft.ErrNetnsGone) })
+}
