@@ -7,16 +7,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
-// DeltaFrom returns what changes from old, a table this Compiler or anyone
-// returned, to the last table Compile returned: Delta when old is the
-// table before it, nft.Diff of the two otherwise (after a failed write).
-func (c *Compiler) DeltaFrom(old *nft.Table) *nft.Delta {
-	if old != nil && old == c.prevTable {
-		return c.Delta()
-	}
-	return nft.Diff(old, c.lastTable)
-}
-
 // Delta returns what changed between the two tables the last two Compile
 // calls returned: what nft.Diff of them would return (TestIncrementalMatchesFull
 // checks it), found from what the last call touched instead of from every

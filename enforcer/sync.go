@@ -38,10 +38,18 @@ type Syncer struct {
 	// the kernel enforced meanwhile is unknown: judge every flow then.
 	cleaned *nft.Table
 
-	mu           sync.Mutex
-	generation   uint64        // successful syncs so far
-	lastErr      error         // of the most recent sync
-	last         *nft.Table    // as last programmed; nil before the first sync or after a failure
+	mu         sync.Mutex
+	generation uint64 // successful syncs so far
+	lastErr    error  // of the most recent sync
+	// last is the table the kernel holds, as last programmed; nil before
+	// the first sync and whenever a write failed. Only the Syncer learns
+	// whether a write went through, or a repair or a take-over replaced
+	// it, so it alone keeps it (the Compiler knows what it returned, not
+	// what was programmed). When set, it is the table of the previous
+	// Compile: every sync that compiles writes, and each write records
+	// its table or forgets last (see write), so the delta from it is the
+	// compiler's.
+	last         *nft.Table
 	gen          uint32        // ruleset generation at which last was verified; 0 unknown
 	repairs      uint64        // drift found and repaired
 	conflicts    uint64        // deltas refused because someone else committed
@@ -197,8 +205,8 @@ const monitorWait = 100 * time.Millisecond
 // 10k policies): unchanged, the delta is retried against the new
 // generation; changed, the whole table is rewritten and the repair counted.
 //
-// The delta is the compiler's (Compiler.DeltaFrom): found from what the
-// event touched when the kernel holds the previous table, the usual case.
+// The delta is the compiler's (Compiler.Delta), found from what the event
+// touched: the kernel holds the previous table (see Syncer.last).
 func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 	s.mu.Lock()
 	last, gen := s.last, s.gen
@@ -211,7 +219,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 	}
 	var delta *nft.Delta
 	if last != nil {
-		delta = s.compiler.DeltaFrom(last)
+		delta = s.compiler.Delta()
 	}
 	for range maxConflicts {
 		if last == nil {

@@ -96,6 +96,32 @@ func TestSyncRefusedBatchKeepsPreviousTable(t *testing.T) {
 	holds(t, s, f, fakeSnapB)
 }
 
+// Whatever syncs fail on the way, the table of each sync that succeeds is
+// what the kernel holds: the Syncer's record of what is programmed (last)
+// never lets a delta start from a table the kernel does not hold.
+func TestSyncAfterRefusalsHoldsEachTable(t *testing.T) {
+	s, f := newFakeSyncer(t)
+	boom := errors.New("boom")
+	for i, step := range []struct {
+		snap   *k8s.Snapshot
+		refuse bool
+	}{
+		{fakeSnapA, false}, {fakeSnapB, true}, {fakeSnapC, false}, {fakeSnapA, true},
+		{fakeSnapB, true}, {fakeSnapC, false}, {fakeSnapB, false}, {fakeSnapA, false},
+	} {
+		if step.refuse {
+			f.Refuse(1, boom)
+		}
+		_, err := s.Sync(step.snap)
+		if step.refuse != (err != nil) {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if err == nil {
+			holds(t, s, f, step.snap)
+		}
+	}
+}
+
 // A delta refused because someone else committed is retried: against the
 // new generation when only another table changed (read back, or settled by
 // the monitor without a read), or replaced by the whole table when ours
