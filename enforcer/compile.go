@@ -24,7 +24,9 @@ type Options struct {
 	Node string
 	// Table names our inet table; DefaultTable when empty.
 	Table string
-	// Priority of the forward base chain, already resolved (see ChoosePriority).
+	// Priority of the forward base chain for the function Compile, as
+	// ResolvePriority returns it. A Compiler takes the priority at each
+	// Compile and a Syncer resolves its PrioritySetting: both ignore it.
 	Priority int32
 	// MarkMask holds the packet-mark bits nftpolicy may use; DefaultMarkMask
 	// when zero.

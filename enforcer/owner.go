@@ -416,19 +416,10 @@ func Cleanup(conn *nft.Conn, table string, force bool, log *zap.Logger) error {
 func (s *Syncer) ReresolvePriority() (bool, error) {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
-	p, err := ResolvePriority(s.conn, s.priority, s.opts.Table, s.log)
+	p, old, err := s.forwardPriority(true)
 	if err != nil {
-		// The next Sync resolves it again rather than keep a slot that
-		// may no longer be ahead of everyone.
-		s.mu.Lock()
-		s.prioResolved = false
-		s.mu.Unlock()
 		return false, err
 	}
-	s.mu.Lock()
-	old := s.prio
-	s.prio, s.prioResolved = p, true
-	s.mu.Unlock()
 	if p == old {
 		return false, nil
 	}

@@ -1,12 +1,83 @@
 package enforcer
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
 
+	"go.uber.org/zap"
+
 	"github.com/nftpolicy/nftpolicy/nft"
 )
+
+// A PrioritySetting is the --priority flag: Auto, or a fixed Value. It is
+// how the priority is configured; ResolvePriority, and nothing else, turns
+// it into the number of our forward chain.
+type PrioritySetting struct {
+	Auto  bool
+	Value int32
+}
+
+// ResolvePriority resolves a priority setting against the base chains now
+// on the forward hook (those of table excepted), read through chains,
+// logging a warning for an explicit value that is not ahead of them. With
+// nil chains (dump, which never touches the kernel) it resolves as if no
+// other chain were on the hook: Auto is DefaultPriority.
+//
+// It is the one place a setting is resolved: by a Syncer (see
+// Syncer.forwardPriority), by apply and by dump.
+func ResolvePriority(chains interface {
+	BaseChains(hook string) ([]nft.BaseChain, error)
+}, setting PrioritySetting, table string, log *zap.Logger) (int32, error) {
+	var others []nft.BaseChain
+	if chains != nil {
+		var err error
+		if others, err = chains.BaseChains("forward"); err != nil {
+			return 0, fmt.Errorf("read forward chains: %w", err)
+		}
+	}
+	if setting.Auto {
+		p, err := ChoosePriority(others, table)
+		var notAhead *NotAheadError
+		if errors.As(err, &notAhead) {
+			log.Warn("cannot run ahead of every forward chain; policy is still enforced", zap.String("warning", err.Error()))
+			return p, nil
+		}
+		return p, err
+	}
+	for _, w := range CheckPriority(setting.Value, others, table) {
+		log.Warn("explicit priority is not ahead of every forward chain", zap.String("warning", w))
+	}
+	return setting.Value, nil
+}
+
+// forwardPriority returns the priority of our forward chain, and the one
+// it replaces: the one last resolved while it is current, otherwise
+// (fresh, the first sync, the first after a drift check or after a failed
+// resolution) ResolvePriority's now. Reading every chain of the netns to
+// place ours costs as much as the rest of a small sync at 10k chains, so
+// it is not done on every event. syncMu is held.
+func (s *Syncer) forwardPriority(fresh bool) (prio, was int32, err error) {
+	s.mu.Lock()
+	prio, resolved := s.prio, s.prioResolved
+	s.mu.Unlock()
+	if resolved && !fresh {
+		return prio, prio, nil
+	}
+	p, err := ResolvePriority(s.conn, s.priority, s.opts.Table, s.log)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		// Resolved again next time rather than keep a slot that may no
+		// longer be ahead of everyone.
+		s.prioResolved = false
+		return 0, s.prio, err
+	}
+	was = s.prio
+	s.prio, s.prioResolved = p, true
+	return p, was, nil
+}
 
 // DefaultPriority is used when no other table has a filter chain on the
 // forward hook: ahead of the standard filter priority (0), where kube-proxy

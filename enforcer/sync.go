@@ -14,12 +14,6 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
-// A PrioritySetting is the --priority flag: Auto, or a fixed Value.
-type PrioritySetting struct {
-	Auto  bool
-	Value int32
-}
-
 // A Syncer programs snapshots into the kernel: it resolves the priority
 // from the live ruleset, compiles, and applies the table in one batch.
 type Syncer struct {
@@ -61,8 +55,7 @@ type Syncer struct {
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
-// the priority comes from setting, resolved against the live ruleset on the
-// first sync and again on the first sync after each drift check.
+// the priority comes from setting (see forwardPriority).
 func NewSyncer(conn *nft.Conn, opts Options, setting PrioritySetting, log *zap.Logger) *Syncer {
 	return newSyncer(connKernel{conn}, opts, setting, log)
 }
@@ -89,31 +82,6 @@ type SyncResult struct {
 	WriteTime   time.Duration // table to kernel, diff included
 }
 
-// ResolvePriority resolves a priority setting against the base chains now
-// on the forward hook of conn's netns (those of table excepted), logging a
-// warning for an explicit value that is not ahead of them.
-func ResolvePriority(conn interface {
-	BaseChains(hook string) ([]nft.BaseChain, error)
-}, setting PrioritySetting, table string, log *zap.Logger) (int32, error) {
-	others, err := conn.BaseChains("forward")
-	if err != nil {
-		return 0, fmt.Errorf("read forward chains: %w", err)
-	}
-	if setting.Auto {
-		p, err := ChoosePriority(others, table)
-		var notAhead *NotAheadError
-		if errors.As(err, &notAhead) {
-			log.Warn("cannot run ahead of every forward chain; policy is still enforced", zap.String("warning", err.Error()))
-			return p, nil
-		}
-		return p, err
-	}
-	for _, w := range CheckPriority(setting.Value, others, table) {
-		log.Warn("explicit priority is not ahead of every forward chain", zap.String("warning", w))
-	}
-	return setting.Value, nil
-}
-
 // Sync compiles snap and programs it. On error the kernel keeps the table of
 // the previous successful sync. The compile is incremental (see Compiler):
 // it costs what changed since the previous Sync's snapshot.
@@ -134,21 +102,9 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	if err := s.claim(); err != nil {
 		return SyncResult{}, err
 	}
-	// Reading every chain of the netns to place ours costs as much as the
-	// rest of a small sync at 10k chains, so the priority is resolved on the
-	// first sync and again at each drift check, not on every event.
-	s.mu.Lock()
-	prio, resolved := s.prio, s.prioResolved
-	s.mu.Unlock()
-	if !resolved {
-		p, err := ResolvePriority(s.conn, s.priority, s.opts.Table, s.log)
-		if err != nil {
-			return SyncResult{}, err
-		}
-		prio = p
-		s.mu.Lock()
-		s.prio, s.prioResolved = p, true
-		s.mu.Unlock()
+	prio, _, err := s.forwardPriority(false)
+	if err != nil {
+		return SyncResult{}, err
 	}
 	start := time.Now()
 	table, problems := s.compiler.Compile(snap, prio)

@@ -244,3 +244,27 @@ func TestRetryBackoff(t *testing.T) {
 		}
 	}
 }
+
+// ResolvePriority is the one place a setting becomes a priority: against
+// the live forward chains, or, with none to read (dump), as if there were
+// none.
+func TestResolvePriority(t *testing.T) {
+	f := nft.NewFake()
+	f.AddForwardChain(nft.BaseChain{Family: nft.FamilyIPv4, Table: "kube-proxy", Name: "forward", Type: "filter", Hook: "forward", Priority: DefaultPriority})
+	for _, tc := range []struct {
+		chains interface {
+			BaseChains(string) ([]nft.BaseChain, error)
+		}
+		setting PrioritySetting
+		want    int32
+	}{
+		{nil, PrioritySetting{Auto: true}, DefaultPriority},
+		{nil, PrioritySetting{Value: 7}, 7},
+		{f, PrioritySetting{Auto: true}, DefaultPriority - 1},
+		{f, PrioritySetting{Value: 7}, 7},
+	} {
+		if got, err := ResolvePriority(tc.chains, tc.setting, DefaultTable, zap.NewNop()); err != nil || got != tc.want {
+			t.Errorf("ResolvePriority(%v, %+v) = %d, %v; want %d", tc.chains != nil, tc.setting, got, err, tc.want)
+		}
+	}
+}

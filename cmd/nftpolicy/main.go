@@ -460,9 +460,8 @@ func dump(cfg *config, stdout io.Writer, log *zap.Logger) error {
 	opts := cfg.options()
 	// dump never touches the kernel: an auto priority is shown as it would
 	// be with no other chain on the hook.
-	opts.Priority = enforcer.DefaultPriority
-	if !cfg.priority.Auto {
-		opts.Priority = cfg.priority.Value
+	if opts.Priority, err = enforcer.ResolvePriority(nil, cfg.priority, opts.Table, log); err != nil {
+		return err
 	}
 	table, problems := enforcer.Compile(snap, opts)
 	enforcer.LogProblems(log, problems)
