@@ -18,11 +18,13 @@ package enforcer
 // recorded; the layout they describe predates the self-exemption rule that
 // needs fib and the DNAT status (version 2). Version 3 starts the base
 // chain with the drop of connections the conntrack cleanup marked revoked
-// (Options.Revoke, a bit of the conntrack mark: see revokeRule).
-const Layout = 3
+// (Options.Revoke, a bit of the conntrack mark: see revokeRule). Version
+// 4 may carry a rule counter on each rule that allows a connection and on
+// each pod chain's final drop (Options.Counters, see counters.go).
+const Layout = 4
 
 // previousLayout is set, at link time only, by the tests of an upgrade
-// under probing (hack/e2e), which need two builds whose layouts differ:
+// under probing (test/e2e), which need two builds whose layouts differ:
 //
 //	go build -ldflags "-X github.com/nftpolicy/nftpolicy/enforcer.previousLayout=yes"
 //

@@ -265,9 +265,3 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	return nil
 }
-
-// BuildNftpolicy is testbin.Build, for DaemonOptions.Binary.
-//
-// Deprecated: call testbin.Build (a build with linker flags) or
-// testbin.Nftpolicy (the binary built once per process).
-func BuildNftpolicy(dir, ldflags string) (string, error) { return testbin.Build(dir, ldflags) }

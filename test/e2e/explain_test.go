@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nftpolicy/nftpolicy/internal/netns"
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 )
 
 // explainPolicies mix what explain must tell apart: a default deny, a rule
@@ -55,10 +56,7 @@ func TestDataPlaneExplainMatchesPackets(t *testing.T) {
 	s := newSmall(t, netns.Options{Name: "e2e-expl"}, nil, "x/a", "x/b", "y/a", "y/b")
 	pods := []*netns.Pod{s.pods["x/a"], s.pods["x/b"], s.pods["y/a"], s.pods["y/b"]}
 	s.apply(t, strings.Replace(explainPolicies, "%s", s.pods["x/b"].IPv4().String(), 1))
-	bin, err := netns.BuildNftpolicy(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testbin.Nftpolicy(t)
 	keys := netns.Keys(pods)
 	explained := 0
 	for _, check := range []struct {
