@@ -149,6 +149,19 @@ func demo(c *netns.Cluster, bin, examples string) int {
 		return fail(err)
 	}
 	os.Stdout.Write(out)
+
+	// Why one flow passes and another does not, from the same manifests.
+	for _, flow := range [][2]string{{"frontend/web", "backend/api"}, {"other/tools", "backend/api"}} {
+		args := []string{"explain", "--manifests", dir, "--node", nodeName, "--from", flow[0], "--to", flow[1], "--proto", "tcp", "--port", "80"}
+		fmt.Printf("\n== Why: %s -> %s\n   $ %s %s\n", flow[0], flow[1], bin, strings.Join(args, " "))
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			return fail(fmt.Errorf("%s explain: %w\n%s", bin, err, out))
+		}
+		for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+			fmt.Println("   " + line)
+		}
+	}
 	fmt.Printf("\n== Done in %v\n", time.Since(start).Round(100*time.Millisecond))
 	return 0
 }
