@@ -59,6 +59,7 @@ type config struct {
 	maxDelay         time.Duration
 	driftCheck       time.Duration
 	explain          explainFlags
+	doctor           doctorFlags
 }
 
 const usage = `usage: nftpolicy <command> [flags]
@@ -68,6 +69,7 @@ commands:
   run      program the ruleset and keep it in step with the cluster or the manifests
   dump     print the ruleset apply would program, as nft text
   explain  say why a connection is allowed or dropped on this node: the policies and rules deciding it
+  doctor   check, read-only, what shares the hooks and marks with nftpolicy, its table and the kernel's features
   cleanup  delete nftpolicy's table (refused while a running daemon owns it, unless --force)
   version  print the version
 
@@ -87,7 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	case "apply", "run", "dump", "explain", "cleanup":
+	case "apply", "run", "dump", "explain", "cleanup", "doctor":
 	default:
 		fmt.Fprintf(stderr, "nftpolicy: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -108,6 +110,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = dump(cfg, stdout, log)
 	case "explain":
 		err = explain(cfg, stdout, log)
+	case "doctor":
+		err = runDoctor(cfg, stdout, log)
 	case "apply":
 		err = apply(cfg, log)
 	case "run":
@@ -147,7 +151,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
-	if cmd == "run" || cmd == "apply" || cmd == "dump" { // dump shows the table as run and apply write it
+	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // dump and doctor compile the table as run and apply write it
 		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, revoke the established flows the new ruleset no longer allows (a conntrack mark its base chain drops), so they stop at their next packet, whichever end sends it")
 	}
 	if cmd == "run" || cmd == "apply" {
@@ -166,6 +170,9 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		return nil
 	})
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "program an empty table when --manifests holds no objects, which enforces nothing (without it apply and dump fail, and run keeps the last programmed state); under run, also program a directory that comes back without any NetworkPolicy after it was removed or emptied")
+	if cmd == "doctor" {
+		fs.BoolVar(&cfg.doctor.json, "json", false, "print the report as JSON (fields in the doctor package's documentation)")
+	}
 	if cmd == "explain" {
 		fs.StringVar(&cfg.explain.from, "from", "", "the connection's source: an address, or namespace/pod")
 		fs.StringVar(&cfg.explain.to, "to", "", "the connection's destination: an address, or namespace/pod")
@@ -198,6 +205,10 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	switch {
 	case cfg.manifests != "" && cfg.kubeconfig != "":
 		return nil, errors.New("--manifests and --kubeconfig are exclusive")
+	case cfg.manifests == "" && cfg.kubeconfig == "" && cmd == "doctor":
+		// The doctor compares the table's content only with a source it is
+		// given: it reads, and does not wait for an API server it was not
+		// pointed at.
 	case cfg.manifests == "" && cfg.kubeconfig == "":
 		if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
 			return nil, errors.New("--manifests is required (or --kubeconfig, or run in a pod with $KUBERNETES_SERVICE_HOST set)")
@@ -243,7 +254,9 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("--mark-mask %q: want a 32-bit mask such as 0x%08x: %w", *mask, enforcer.DefaultMarkMask, err)
 	}
 	cfg.markMask = uint32(m)
-	if err := enforcer.CheckMarkMask(cfg.markMask, cfg.allowMarkOverlap); err != nil {
+	// The doctor reports a mask that overlaps a known component's bits
+	// rather than refuse it.
+	if err := enforcer.CheckMarkMask(cfg.markMask, cfg.allowMarkOverlap || cmd == "doctor"); err != nil {
 		return nil, err
 	}
 	return cfg, nil
