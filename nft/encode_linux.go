@@ -294,6 +294,9 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 					Mask: binaryutil.NativeEndian.PutUint32(^(e.Clear | e.Set)), Xor: binaryutil.NativeEndian.PutUint32(e.Set)},
 				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+		case Counter:
+			// As nft writes `counter`: both values, zero.
+			out = append(out, &expr.Counter{})
 		case Verdict:
 			kind, err := verdictKind(e.Kind)
 			if err != nil {

@@ -166,6 +166,12 @@ type CtMarkBitsSet struct{ Bits uint32 }
 // `meta mark set meta mark & ~Clear | Set`.
 type SetMark struct{ Clear, Set uint32 }
 
+// Counter counts the packets and bytes that reach it in the rule, in the
+// rule itself: `counter`. It matches every packet. nft lists it with its
+// values (`counter packets 3 bytes 180`); Conn.RuleCounters reads them, and
+// Drift ignores them: a count is no content.
+type Counter struct{}
+
 // Verdict ends evaluation of the rule: `accept`, `drop`, `return`,
 // `jump chain` or `goto chain`.
 type Verdict struct {
@@ -198,6 +204,7 @@ func (ICMPv6TypeRange) isExpr()           {}
 func (MarkBitsSet) isExpr()               {}
 func (CtMarkBitsSet) isExpr()             {}
 func (SetMark) isExpr()                   {}
+func (Counter) isExpr()                   {}
 func (Verdict) isExpr()                   {}
 
 // A Proto is an IP protocol number as matched by `meta l4proto`.

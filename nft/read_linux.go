@@ -386,6 +386,9 @@ var (
 			keep:     func(typ uint16, _ []byte) bool { return typ != unix.NFTA_LOOKUP_SET_ID },
 			defaults: []attr{{unix.NFTA_LOOKUP_FLAGS, []byte{0, 0, 0, 0}}},
 		},
+		// A counter's values are what it counted, not what the rule
+		// says (RuleCounters reads them).
+		"counter": {keep: func(uint16, []byte) bool { return false }},
 	}
 	// element: a set element (the attributes of an NFTA_LIST_ELEM): its
 	// key, key end, data and flags, and anything else the kernel holds for

@@ -173,6 +173,8 @@ func renderExpr(e Expr) string {
 			return fmt.Sprintf("meta mark set meta mark & 0x%08x", ^e.Clear)
 		}
 		return fmt.Sprintf("meta mark set meta mark & 0x%08x | 0x%08x", ^(e.Clear | e.Set), e.Set)
+	case Counter:
+		return "counter"
 	case Verdict:
 		return renderVerdict(e)
 	}

@@ -96,6 +96,8 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			return "", nil
 		case SetMark:
 			p.Mark = p.Mark&^(e.Clear|e.Set) | e.Set
+		case Counter:
+			// Counts; the packet goes on.
 		case Verdict:
 			tr.path = append(tr.path, c.Name+": "+RenderRule(r))
 			return tr.verdict(c, e, depth)
