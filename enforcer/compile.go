@@ -46,6 +46,11 @@ type Options struct {
 	// conntrack cleanup marks so the connections a change no longer allows
 	// (see revokeRule). Set it when, and only when, that cleanup runs.
 	Revoke bool
+	// Counters puts a rule counter on every rule that allows a connection
+	// (a policy chain's) and on every pod chain's final drop, so that the
+	// connections each policy allowed and each isolated pod was denied can
+	// be read from the kernel (see ConnCounter).
+	Counters bool
 }
 
 // A Problem is part of the snapshot the compiler could not use. The rest is
@@ -486,7 +491,7 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		})
 	}
 	ch.Rules = append(ch.Rules, nft.Rule{
-		Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Drop}},
+		Exprs:   c.podChainDrop(),
 		Comment: truncateComment(fmt.Sprintf("%s: no %s rule allows", pd.key, d.name)),
 	})
 	return ch

@@ -239,6 +239,9 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 	np := p.np
 	ch := &nft.Chain{Name: c.acquireChainName(d.name, np.Namespace, np.Name)}
 	allow := []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
+	if c.opts.Counters {
+		allow = append([]nft.Expr{nft.Counter{}}, allow...) // see countedChains
+	}
 	problem := func(err error) {
 		p.ruleProblems = append(p.ruleProblems, Problem{Object: policyObject(np), Err: err})
 	}

@@ -52,6 +52,18 @@ type Syncer struct {
 	prio         int32         // resolved forward priority
 	prioResolved bool          // prio is current; cleared by CheckDrift
 	own          ownership     // the table's owner record (see owner.go)
+
+	// For metrics (see Stats, OnSync); mu held.
+	failedSyncs uint64
+	refused     uint64     // batches the kernel refused (see countRefused)
+	skipped     uint64     // problems reported, each once when it appeared
+	lastOK      *nft.Table // the table of the last successful sync
+	lastSuccess time.Time
+	isolated    int // local pods isolated at the last successful sync
+	onSync      func(SyncResult, error)
+
+	countMu sync.Mutex  // held by CountConnections
+	counts  ConnCounter // countMu held
 }
 
 // NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
@@ -89,12 +101,20 @@ func (s *Syncer) Sync(snap *k8s.Snapshot) (SyncResult, error) {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	res, err := s.sync(snap)
+	isolated := s.compiler.isolatedPods()
 	s.mu.Lock()
 	s.lastErr = err
 	if err == nil {
 		s.generation++
+		s.lastOK, s.lastSuccess, s.isolated = res.Table, time.Now(), isolated
+	} else {
+		s.failedSyncs++
 	}
+	onSync := s.onSync
 	s.mu.Unlock()
+	if onSync != nil {
+		onSync(res, err)
+	}
 	return res, err
 }
 
@@ -189,6 +209,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 		if !errors.Is(err, nft.ErrGenerationChanged) {
 			// The kernel kept its previous state, which may not be last:
 			// forget it, so the next sync writes the whole table.
+			s.countRefused(err)
 			s.programmed(nil, 0)
 			return nft.BatchStats{}, err
 		}
@@ -237,6 +258,7 @@ func (s *Syncer) write(table *nft.Table) (nft.BatchStats, error) {
 	}
 	batch, err := s.applyOwned(table)
 	if err != nil {
+		s.countRefused(err)
 		s.programmed(nil, 0)
 		return nft.BatchStats{}, err
 	}
@@ -313,6 +335,7 @@ func (s *Syncer) CheckDrift() (bool, error) {
 	}
 	batch, err := s.applyOwned(last)
 	if err != nil {
+		s.countRefused(err)
 		s.programmed(nil, 0)
 		return false, err
 	}
@@ -375,6 +398,9 @@ func (s *Syncer) reportProblems(problems []Problem) {
 		now[key] = true
 		if !s.reported[key] {
 			logProblem(s.log, p)
+			s.mu.Lock()
+			s.skipped++
+			s.mu.Unlock()
 		}
 	}
 	for key := range s.reported {

@@ -1,0 +1,223 @@
+package enforcer
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// Counting connections.
+//
+// With Options.Counters, every rule of a policy chain that allows (sets
+// the allow bit) carries a rule counter, and so does every pod chain's
+// final drop. Only the first packet of a connection reaches those rules
+// (established traffic is accepted before), so they count connections:
+// each policy that allows a connection counts it, since a pod chain jumps
+// to every policy selecting the pod; a connection no policy allows is
+// counted once, by the drop of its pod's chain. A rule counter is the
+// cheapest count per packet nf_tables has (hack/bench/pps measures it).
+//
+// A rule counter starts at zero when its chain is written again (a policy
+// changed) or the table is replaced (a repair, a restart), so the Syncer
+// keeps, per rule, the value it last read and adds what grew to sums that
+// only grow (ConnCounter). What a rewritten rule counted after the last
+// read is lost: reading often (each scrape) keeps that small.
+
+// A CountKey names what a counted chain counts, in one direction
+// ("ingress" or "egress"): the connections the policy Namespace/Policy
+// allowed, or, with Pod set instead, those of the isolated pod
+// Namespace/Pod that no policy allowed.
+type CountKey struct {
+	Namespace string
+	Policy    string
+	Pod       string
+	Direction string
+}
+
+// podChainDrop is the pod chain's final drop:
+//
+//	counter drop
+//
+// or `drop` without Options.Counters.
+func (c *Compiler) podChainDrop() []nft.Expr {
+	if c.opts.Counters {
+		return []nft.Expr{nft.Counter{}, nft.Verdict{Kind: nft.Drop}}
+	}
+	return []nft.Expr{nft.Verdict{Kind: nft.Drop}}
+}
+
+// countedChains maps the name of every chain of the last table that
+// counts to what it counts; nil without Options.Counters.
+func (c *Compiler) countedChains() map[string]CountKey {
+	if !c.opts.Counters {
+		return nil
+	}
+	out := make(map[string]CountKey, len(c.policies)+len(c.podChains))
+	for _, p := range c.policies {
+		if !p.active {
+			continue
+		}
+		for dir, ch := range p.chains {
+			out[ch.Name] = CountKey{Namespace: p.key.namespace, Policy: p.key.name, Direction: dir}
+		}
+	}
+	for k, pc := range c.podChains {
+		out[pc.chain.Name] = CountKey{Namespace: k.pod.namespace, Pod: k.pod.name, Direction: k.dir}
+	}
+	return out
+}
+
+// isolatedPods counts the local pods isolated in at least one direction.
+func (c *Compiler) isolatedPods() int {
+	pods := map[objKey]bool{}
+	for k := range c.podChains {
+		pods[k.pod] = true
+	}
+	return len(pods)
+}
+
+// A ConnCounter adds up the rule counters of counted chains, read one
+// time after another, into sums that only grow while their chain is in
+// the table. It is not safe for concurrent use.
+type ConnCounter struct {
+	last   map[ruleID]uint64 // packets each rule had at the previous read
+	totals map[CountKey]uint64
+}
+
+type ruleID struct{ table, rule uint64 }
+
+// Add takes one read of the counters (rc) of the chains named in chains,
+// and returns the sums so far of the keys of chains, each the packets its
+// rules counted since this ConnCounter first saw them. A rule it has not
+// seen (a new chain, a chain written again, a new table) counts from zero;
+// the sum of a key whose chains are gone is forgotten, and starts from
+// zero if it comes back.
+func (cc *ConnCounter) Add(chains map[string]CountKey, rc *nft.RuleCounts) map[CountKey]uint64 {
+	if cc.totals == nil {
+		cc.totals = map[CountKey]uint64{}
+	}
+	seen := make(map[ruleID]uint64, len(rc.Rules))
+	for _, r := range rc.Rules {
+		key, ok := chains[r.Chain]
+		if !ok {
+			continue
+		}
+		id := ruleID{rc.Table, r.Handle}
+		prev := cc.last[id]
+		if r.Packets < prev {
+			prev = 0 // not the rule seen before: count it whole
+		}
+		cc.totals[key] += r.Packets - prev
+		seen[id] = r.Packets
+	}
+	cc.last = seen
+	current := make(map[CountKey]bool, len(chains))
+	for _, key := range chains {
+		current[key] = true
+		if _, ok := cc.totals[key]; !ok {
+			cc.totals[key] = 0
+		}
+	}
+	for key := range cc.totals {
+		if !current[key] {
+			delete(cc.totals, key)
+		}
+	}
+	return maps.Clone(cc.totals)
+}
+
+// ruleCounterReader is what CountConnections needs of the kernel: an
+// *nft.Conn (connKernel) has it; nft.Fake counts nothing.
+type ruleCounterReader interface {
+	RuleCounters(table string, chains []string) (*nft.RuleCounts, error)
+}
+
+// errNoCounters is CountConnections without Options.Counters.
+var errNoCounters = errors.New("connection counters are off")
+
+// CountConnections reads the rule counters of the counted chains of our
+// table (Options.Counters) and returns, for each policy and isolated pod
+// whose chain the last compiled table holds, the connections it allowed
+// or was denied since this Syncer first saw its chain. It waits for a
+// sync or a drift check under way.
+func (s *Syncer) CountConnections() (map[CountKey]uint64, error) {
+	if !s.opts.Counters {
+		return nil, errNoCounters
+	}
+	r, ok := s.conn.(ruleCounterReader)
+	if !ok {
+		return nil, fmt.Errorf("cannot read counters from %T", s.conn)
+	}
+	s.syncMu.Lock()
+	chains := s.compiler.countedChains()
+	s.syncMu.Unlock()
+	names := make([]string, 0, len(chains))
+	for name := range chains {
+		names = append(names, name)
+	}
+	rc, err := r.RuleCounters(s.opts.Table, names)
+	if errors.Is(err, nft.ErrNoTable) {
+		rc, err = &nft.RuleCounts{}, nil // nothing programmed (yet, or any more)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	return s.counts.Add(chains, rc), nil
+}
+
+// SyncStats are a Syncer's counts and the state of the table it last
+// programmed, for metrics.
+type SyncStats struct {
+	Syncs       uint64 // successful syncs (Status's generation)
+	FailedSyncs uint64
+	// Refused counts the batches the kernel refused: a failed write that
+	// is not a generation conflict (Conflicts) or an owner's refusal
+	// (ErrOwned, ErrTakenOver).
+	Refused   uint64
+	Conflicts uint64
+	ReadBacks uint64
+	Repairs   uint64
+	// Skipped counts the parts of snapshots the compiler left out
+	// (Problem), each once when it appears.
+	Skipped uint64
+	// Table is the table of the last successful sync, at LastSuccess (nil
+	// and zero before one); IsolatedPods counts the local pods it isolates.
+	Table        *nft.Table
+	LastSuccess  time.Time
+	IsolatedPods int
+}
+
+// Stats returns the Syncer's counts so far.
+func (s *Syncer) Stats() SyncStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SyncStats{
+		Syncs: s.generation, FailedSyncs: s.failedSyncs, Refused: s.refused,
+		Conflicts: s.conflicts, ReadBacks: s.readBacks, Repairs: s.repairs, Skipped: s.skipped,
+		Table: s.lastOK, LastSuccess: s.lastSuccess, IsolatedPods: s.isolated,
+	}
+}
+
+// OnSync makes the Syncer call f after every sync, with its result and
+// error, outside its locks; f must not call Sync. Call it before Run.
+func (s *Syncer) OnSync(f func(SyncResult, error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onSync = f
+}
+
+// countRefused counts a failed write as a refused batch, unless it is an
+// owner's refusal.
+func (s *Syncer) countRefused(err error) {
+	if errors.Is(err, ErrOwned) || errors.Is(err, ErrTakenOver) || errors.Is(err, nft.ErrGenerationChanged) {
+		return
+	}
+	s.mu.Lock()
+	s.refused++
+	s.mu.Unlock()
+}

@@ -1,0 +1,172 @@
+package enforcer
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// With Counters, the rules that allow (set our allow bit) and the pod
+// chains' final drops count, and nothing else changes: without its
+// counters the table is the one compiled without them.
+func TestCompileCounters(t *testing.T) {
+	snap := cluster(
+		policy("x", "deny", denyIngress),
+		policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))),
+		policy("y", "egress", egressRule(peers(podPeer("a")))),
+	)
+	plain, _ := Compile(snap, Options{Node: testNode})
+	counted, _ := Compile(snap, Options{Node: testNode, Counters: true})
+	chains := NewCompiler(Options{Node: testNode, Counters: true})
+	chains.Compile(snap, 0)
+	keys := chains.countedChains()
+
+	allows, drops := 0, 0
+	for _, ch := range counted.Chains {
+		for i, r := range ch.Rules {
+			counts := slices.Contains(r.Exprs, nft.Expr(nft.Counter{}))
+			allow := slices.ContainsFunc(r.Exprs, func(e nft.Expr) bool { m, ok := e.(nft.SetMark); return ok && m.Set != 0 })
+			last := i == len(ch.Rules)-1 && slices.Contains(r.Exprs, nft.Expr(nft.Verdict{Kind: nft.Drop}))
+			if counts != (allow || last) {
+				t.Errorf("chain %s rule %d (%s): counter %v, want one exactly on allows and final drops", ch.Name, i, nft.RenderRule(r), counts)
+			}
+			if !counts {
+				continue
+			}
+			key, ok := keys[ch.Name]
+			switch {
+			case !ok:
+				t.Errorf("chain %s counts but is not a counted chain", ch.Name)
+			case allow:
+				allows++
+				if key.Policy == "" || key.Pod != "" {
+					t.Errorf("chain %s allows, counted as %+v", ch.Name, key)
+				}
+			default:
+				drops++
+				if key.Pod == "" || key.Policy != "" {
+					t.Errorf("chain %s drops, counted as %+v", ch.Name, key)
+				}
+			}
+			ch.Rules[i].Exprs = slices.DeleteFunc(slices.Clone(r.Exprs), func(e nft.Expr) bool { return e == nft.Expr(nft.Counter{}) })
+		}
+	}
+	podChains := 0
+	for _, k := range keys {
+		if k.Pod != "" {
+			podChains++
+		}
+	}
+	if allows == 0 || drops == 0 || drops != podChains {
+		t.Errorf("%d allowing rules and %d drops count; want some, and one per pod chain (%d)", allows, drops, podChains)
+	}
+	if want := (CountKey{Namespace: "x", Policy: "allow-y", Direction: "ingress"}); !slices.Contains(valuesOf(keys), want) {
+		t.Errorf("no counted chain for %+v in %v", want, keys)
+	}
+	if d := cmp.Diff(nft.Render(plain), nft.Render(counted)); d != "" {
+		t.Errorf("without its counters the table differs from the one compiled without (-plain +counted):\n%s", d)
+	}
+}
+
+func valuesOf(m map[string]CountKey) []CountKey {
+	var out []CountKey
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// ConnCounter adds what each rule counted since it last saw it; a rule it
+// has not seen (a chain written again, a table replaced) counts from zero,
+// and a key whose chains are gone is forgotten.
+func TestConnCounter(t *testing.T) {
+	allow := CountKey{Namespace: "x", Policy: "p", Direction: "ingress"}
+	deny := CountKey{Namespace: "x", Pod: "a", Direction: "ingress"}
+	chains := map[string]CountKey{"ingress-1-x/p": allow, "ingress-pod-2-x/a": deny}
+	var cc ConnCounter
+	steps := []struct {
+		name   string
+		chains map[string]CountKey
+		read   nft.RuleCounts
+		want   map[CountKey]uint64
+	}{
+		{"first read", chains, nft.RuleCounts{Table: 1, Rules: []nft.RuleCount{
+			{Chain: "ingress-1-x/p", Handle: 10, Packets: 2},
+			{Chain: "ingress-1-x/p", Handle: 11, Packets: 1},
+			{Chain: "ingress-pod-2-x/a", Handle: 20, Packets: 4},
+			{Chain: "not-counted", Handle: 30, Packets: 9},
+		}}, map[CountKey]uint64{allow: 3, deny: 4}},
+		{"grown", chains, nft.RuleCounts{Table: 1, Rules: []nft.RuleCount{
+			{Chain: "ingress-1-x/p", Handle: 10, Packets: 5},
+			{Chain: "ingress-1-x/p", Handle: 11, Packets: 1},
+			{Chain: "ingress-pod-2-x/a", Handle: 20, Packets: 4},
+		}}, map[CountKey]uint64{allow: 6, deny: 4}},
+		{"policy chain written again", chains, nft.RuleCounts{Table: 1, Rules: []nft.RuleCount{
+			{Chain: "ingress-1-x/p", Handle: 12, Packets: 1},
+			{Chain: "ingress-pod-2-x/a", Handle: 20, Packets: 5},
+		}}, map[CountKey]uint64{allow: 7, deny: 5}},
+		{"table replaced, handles again", chains, nft.RuleCounts{Table: 2, Rules: []nft.RuleCount{
+			{Chain: "ingress-1-x/p", Handle: 12, Packets: 2},
+			{Chain: "ingress-pod-2-x/a", Handle: 20, Packets: 0},
+		}}, map[CountKey]uint64{allow: 9, deny: 5}},
+		{"pod gone", map[string]CountKey{"ingress-1-x/p": allow}, nft.RuleCounts{Table: 2, Rules: []nft.RuleCount{
+			{Chain: "ingress-1-x/p", Handle: 12, Packets: 2},
+		}}, map[CountKey]uint64{allow: 9}},
+		{"pod back", chains, nft.RuleCounts{Table: 2, Rules: []nft.RuleCount{
+			{Chain: "ingress-1-x/p", Handle: 12, Packets: 2},
+			{Chain: "ingress-pod-2-x/a", Handle: 40, Packets: 1},
+		}}, map[CountKey]uint64{allow: 9, deny: 1}},
+	}
+	for _, st := range steps {
+		got := cc.Add(st.chains, &st.read)
+		if d := cmp.Diff(st.want, got); d != "" {
+			t.Errorf("%s: sums (-want +got):\n%s", st.name, d)
+		}
+	}
+}
+
+// A refused batch is counted, with the failed sync; a generation conflict
+// is not a refusal. Every sync is reported to OnSync, timed when it
+// compiled.
+func TestSyncStats(t *testing.T) {
+	s, f := newFakeSyncer(t)
+	var results []error
+	s.OnSync(func(res SyncResult, err error) {
+		if res.Table == nil || res.CompileTime <= 0 {
+			t.Errorf("sync reported without a table or a compile time: %+v", res)
+		}
+		results = append(results, err)
+	})
+	if _, err := s.Sync(fakeSnapA); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Syncs != 1 || st.FailedSyncs != 0 || st.Refused != 0 || st.Table == nil || st.LastSuccess.IsZero() || st.IsolatedPods != 3 {
+		t.Errorf("after one sync: %+v; want 1 sync, its table and time, 3 isolated pods", st)
+	}
+	boom := errors.New("boom")
+	f.Refuse(1, boom)
+	if _, err := s.Sync(fakeSnapB); !errors.Is(err, boom) {
+		t.Fatalf("refused sync: %v, want boom", err)
+	}
+	if st2 := s.Stats(); st2.Refused != 1 || st2.FailedSyncs != 1 || st2.Syncs != 1 || st2.LastSuccess != st.LastSuccess {
+		t.Errorf("after a refused batch: %+v; want 1 refused, 1 failed, the last success unchanged", st2)
+	}
+	f.Commit() // another process commits: the next delta conflicts
+	if _, err := s.Sync(fakeSnapB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sync(fakeSnapC); err != nil {
+		t.Fatal(err)
+	}
+	if st3 := s.Stats(); st3.Refused != 1 || st3.Syncs != 3 {
+		t.Errorf("after two more syncs: %+v; want still 1 refused, 3 syncs", st3)
+	}
+	if len(results) != 4 || !errors.Is(results[1], boom) {
+		t.Errorf("OnSync saw %v; want 4 syncs, the second refused", results)
+	}
+}
