@@ -245,7 +245,7 @@ func (w *dirWatcher) apply(p dirPoll) DirUpdate {
 		// held (mergeOver).
 		var prev *previous
 		if w.snap != nil {
-			prev = &previous{objs: objectsOf(w.snap)}
+			prev = previousOf(w.snap)
 		}
 		loads := make([]*fileLoad, 0, len(p.files))
 		var kept []*watchedFile

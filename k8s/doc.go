@@ -54,20 +54,28 @@
 //     would open the pods it isolated;
 //   - a Pod stays, at its addresses and node, with only its labels that
 //     are valid strings and no containers (a named port matches nothing on
-//     it): it stays isolated by the policies that select every pod of its
-//     namespace or select it by those labels, and is a peer only by them.
-//     Left out, it would be no target at all and its address no pod's,
-//     which opens it. If its node, hostNetwork, phase or addresses cannot
-//     be read or are invalid it is left out, as it is when the compiler
-//     would ignore it anyway (no address, hostNetwork, finished): a guess
-//     there could make a node's address a pod's. One gap remains: a
-//     selector on the absence of a label (NotIn, DoesNotExist) can match
-//     it where the unreadable label would not have;
+//     it). Left out, it would be no target at all and its address no pod's,
+//     which opens it. When every label it has is kept, policies select it
+//     by them as usual. When one is left out (invalid or unreadable), its
+//     true labels are not known, and a selector on the absence of a label
+//     (NotIn, DoesNotExist) would match the stand-in where the pod's
+//     labels would not: it is then quarantined (Snapshot.Quarantined),
+//     which the compiler enforces as isolated for ingress and egress with
+//     nothing allowed, selected by no policy and named by no pod selector
+//     as a peer (ipBlock peers still match its addresses). If its node,
+//     hostNetwork, phase or addresses cannot be read or are invalid it is
+//     left out, as it is when the compiler would ignore it anyway (no
+//     address, hostNetwork, finished): a guess there could make a node's
+//     address a pod's;
 //   - a Namespace or Node is left out, which fails closed: the namespace
 //     carries only its name label, the node's addresses are not allowed.
 //
 // Each is still an error (not a Warning), so what is enforced is not taken
-// for what the files say.
+// for what the files say; ObjectError.StandIn says a stand-in is in
+// effect, and ObjectError.Lost that the object is left out with nothing in
+// its place (a Namespace or Node, a stand-in that cannot be made, or a
+// document whose kind or name cannot be read), which a caller holding an
+// earlier state may choose not to program.
 //
 // When the same kind, namespace and name is defined more than once, in one
 // file or across files, and every definition is valid and equal to the
@@ -85,9 +93,9 @@
 // good version under WatchDir (below). Without one (LoadDir, or an object
 // new to the watcher) a Pod keeps the addresses, node and phase its
 // definitions agree on, with the labels they all have alike (the
-// containers only if they agree), as above, and is left out if they
-// disagree on anything but labels and containers; a Namespace or Node is
-// left out.
+// containers only if they agree), as above, quarantined when they
+// disagree on its labels, and is left out if they disagree on anything but
+// labels and containers; a Namespace or Node is left out.
 //
 // # Watching a directory
 //
@@ -113,7 +121,8 @@
 // a wrong apiVersion such as networking.k8s.io/v1beta1) keeps the version
 // in effect, and its ObjectError says so (KeptLastGood); dropping it would
 // open the pods it isolates, or the pod itself. An invalid object that was
-// not in effect gets its stand-in, as on a fresh load (above). A rejected
+// not in effect gets its stand-in, as on a fresh load (above); a kept
+// stand-in stays quarantined if it was. A rejected
 // document that cannot be pinned to an object in effect (no readable kind
 // or name, a kind typo, a rename to an invalid name) might stand for any
 // object its file held, so the file also keeps every object it held that

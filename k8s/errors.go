@@ -66,6 +66,15 @@ type ObjectError struct {
 	// objects the file held before, when the document cannot be told
 	// apart from them); Err then ends by saying which.
 	KeptLastGood bool
+
+	// StandIn is set when, instead of what the document says, the
+	// Snapshot holds a stand-in that fails closed and no last good version
+	// was kept: a NetworkPolicy that isolates and allows nothing, or a Pod
+	// with the labels that can be trusted (quarantined, see
+	// Snapshot.Quarantined, when one is missing); Err then ends by saying
+	// which. An error with neither StandIn nor KeptLastGood that is not a
+	// Warning left its object out.
+	StandIn bool
 }
 
 // Warning reports whether e leaves the Snapshot as the files say: a kind
@@ -73,7 +82,17 @@ type ObjectError struct {
 // one exactly. Any other ObjectError means what is enforced differs from
 // the files.
 func (e *ObjectError) Warning() bool {
-	return !e.KeptLastGood && (errors.Is(e.Err, ErrUnsupportedKind) || errors.Is(e.Err, ErrIdenticalDuplicate))
+	return !e.KeptLastGood && !e.StandIn && (errors.Is(e.Err, ErrUnsupportedKind) || errors.Is(e.Err, ErrIdenticalDuplicate))
+}
+
+// Lost reports whether e may have left objects out of the Snapshot that
+// nothing stands for: it is no Warning, and neither a last good version
+// (KeptLastGood) nor a stand-in (StandIn) is in effect in their place. A
+// document whose kind or name cannot be read, a kind typo or a rejected
+// Namespace or Node with no earlier version are such errors: what they
+// define is not in the Snapshot, and leaving it out can open pods.
+func (e *ObjectError) Lost() bool {
+	return !e.Warning() && !e.KeptLastGood && !e.StandIn
 }
 
 // Location returns where the object was found: "policies.yaml doc 2", or

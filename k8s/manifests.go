@@ -182,13 +182,15 @@ type objectKey struct{ kind, namespace, name string }
 // A definition is one document (or List item) that names an object. obj is
 // the admitted object, or nil when the document was rejected: err is then
 // its error, also in the fileLoad's errs, and standin what fails closed in
-// its place when no last good version is kept (see standIn), or nil.
+// its place when no last good version is kept (see standIn), or nil;
+// quarantined says that standin is a pod whose true labels are not known.
 type definition struct {
-	key     objectKey
-	loc     docLoc
-	obj     runtime.Object
-	err     *ObjectError
-	standin runtime.Object
+	key         objectKey
+	loc         docLoc
+	obj         runtime.Object
+	err         *ObjectError
+	standin     runtime.Object
+	quarantined bool
 }
 
 // A fileLoad is what one manifest file holds, read on its own: duplicates
@@ -564,7 +566,7 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		e := l.fail(loc, h, err)
 		if def != nil {
 			def.err = e
-			def.standin = standIn(def.key, j)
+			def.standin, def.quarantined = standIn(def.key, j)
 		}
 	}
 	if h.apiVersion != info.apiVersion {
@@ -602,7 +604,8 @@ func (l *loader) defineRejected(loc docLoc, h header, j []byte, e *ObjectError) 
 	}
 	h = h.named()
 	key := objectKey{h.kind, h.namespace, h.name}
-	l.defs = append(l.defs, definition{key: key, loc: loc, err: e, standin: standIn(key, j)})
+	standin, quarantined := standIn(key, j)
+	l.defs = append(l.defs, definition{key: key, loc: loc, err: e, standin: standin, quarantined: quarantined})
 }
 
 // withYAMLHint explains the most common surprise of YAML 1.1, which

@@ -14,6 +14,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
@@ -29,8 +30,18 @@ func merge(loads []*fileLoad) (*Snapshot, []*ObjectError) {
 
 // A previous is what WatchDir had in effect before a change.
 type previous struct {
-	objs map[objectKey]runtime.Object // every object of the snapshot in effect
-	held [][]objectKey                // per load, in the order given to mergeOver: the keys that file held
+	objs        map[objectKey]runtime.Object // every object of the snapshot in effect
+	quarantined map[objectKey]bool           // the pods of it that were quarantined (Snapshot.Quarantined)
+	held        [][]objectKey                // per load, in the order given to mergeOver: the keys that file held
+}
+
+// previousOf returns the state in effect in s, for mergeOver.
+func previousOf(s *Snapshot) *previous {
+	p := &previous{objs: objectsOf(s), quarantined: map[objectKey]bool{}}
+	for _, q := range s.Quarantined {
+		p.quarantined[objectKey{"Pod", q.Namespace, q.Name}] = true
+	}
+	return p
 }
 
 // last returns the object in effect under key, or nil.
@@ -39,6 +50,12 @@ func (p *previous) last(key objectKey) runtime.Object {
 		return nil
 	}
 	return p.objs[key]
+}
+
+// lastQuarantined reports whether the object in effect under key is a pod
+// whose labels were not known: a kept stand-in stays quarantined.
+func (p *previous) lastQuarantined(key objectKey) bool {
+	return p != nil && p.quarantined[key]
 }
 
 // maxKeptNamed bounds the objects an error lists by name.
@@ -83,6 +100,11 @@ const maxKeptNamed = 5
 // stand-in (standIn), which fails closed, and a Namespace or Node is left
 // out.
 //
+// A Pod kept as a stand-in that lacks a label of the pod (podStandIn,
+// agreedPod), or kept from prev where it was such a stand-in, is named in
+// Snapshot.Quarantined. Each error says what is in effect in its object's
+// place: KeptLastGood, StandIn, or neither (ObjectError.Lost).
+//
 // A rejected document that cannot be pinned to an object of prev (its
 // kind or name cannot be read, or names an object that did not exist: a
 // typo in the kind, a rename to an invalid name) might be any object the
@@ -111,11 +133,16 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 	}
 	var snap Snapshot
 	used := map[objectKey]bool{}
-	use := func(key objectKey, obj runtime.Object) {
+	// use puts obj in the Snapshot under key; quarantined says that it is
+	// a pod whose true labels are not known (Snapshot.Quarantined).
+	use := func(key objectKey, obj runtime.Object, quarantined bool) {
 		// Once per key: two files may both keep an object they held.
 		if obj != nil && !used[key] {
 			snap.add(obj)
 			used[key] = true
+			if _, ok := obj.(*corev1.Pod); ok && quarantined {
+				snap.Quarantined = append(snap.Quarantined, types.NamespacedName{Namespace: key.namespace, Name: key.name})
+			}
 		}
 	}
 	// notes are what merge adds to the files' own errors, which are shared
@@ -128,42 +155,53 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 			d := defs[0]
 			switch old := prev.last(key); {
 			case d.obj != nil:
-				use(key, d.obj)
+				use(key, d.obj, false)
 			case old != nil:
-				use(key, old)
-				notes[d.err] = note{"its last good version stays in effect (an update the API server would reject)", true}
+				use(key, old, prev.lastQuarantined(key))
+				notes[d.err] = note{text: "its last good version stays in effect (an update the API server would reject)", kept: true}
 			case d.standin != nil:
-				use(key, d.standin)
-				notes[d.err] = note{"no earlier version is known, so " + standInOutcome(d.standin), false}
+				use(key, d.standin, d.quarantined)
+				notes[d.err] = note{text: "no earlier version is known, so " + standInOutcome(d.standin, d.quarantined), standIn: true}
 			}
 			continue
 		}
-		kind, outcome, lastGood := ErrDuplicate, "every definition is left out", false
+		kind, outcome, lastGood, stoodIn := ErrDuplicate, "every definition is left out", false, false
 		if identical(defs) {
 			kind, outcome = ErrIdenticalDuplicate, "used once"
-			use(key, defs[0].obj)
+			use(key, defs[0].obj, false)
 		} else {
 			var kept runtime.Object
+			quarantined := false
 			old := prev.last(key)
 			// A policy's stand-in wins over its last good version unless
 			// every definition is rejected, which is a rejected edit.
 			if key.kind == "NetworkPolicy" && (old == nil || slices.ContainsFunc(defs, func(d *definition) bool { return d.obj != nil })) {
 				if p := isolationOnly(defs); p != nil {
-					kept = p
+					kept, stoodIn = p, true
 					outcome = "it isolates the pods either definition selects and allows nothing until one is removed"
 				}
 			}
 			if kept == nil && old != nil {
-				kept, lastGood = old, true
+				kept, lastGood, quarantined = old, true, prev.lastQuarantined(key)
 				outcome = "its last good version stays in effect until one is removed"
 			}
 			if kept == nil && key.kind == "Pod" {
-				if p := agreedPod(defs); p != nil {
-					kept = p
+				if p, q := agreedPod(defs); p != nil {
+					kept, stoodIn, quarantined = p, true, q
 					outcome = "no earlier version is known, so the pod stays at its addresses with only the labels every definition agrees on, until one is removed"
+					if q {
+						outcome = "no earlier version is known, so the pod stays at its addresses with only the labels every definition agrees on, quarantined as its true labels are not known: isolated for ingress and egress with nothing allowed, selected by no policy and named by no pod selector, until one is removed"
+					}
 				}
 			}
-			use(key, kept)
+			use(key, kept, quarantined)
+			// A rejected definition's own error says what its duplicate
+			// error says is in effect.
+			for _, d := range defs {
+				if d.err != nil && kept != nil {
+					notes[d.err] = note{kept: lastGood, standIn: stoodIn}
+				}
+			}
 		}
 		for i, d := range defs {
 			var others []string
@@ -177,6 +215,7 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 				Kind: key.kind, Namespace: key.namespace, Name: key.name,
 				Err:          fmt.Errorf("%w, also defined at %s; %s", kind, strings.Join(others, ", "), outcome),
 				KeptLastGood: lastGood,
+				StandIn:      stoodIn,
 			})
 		}
 	}
@@ -202,8 +241,10 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 		for _, e := range fl.errs {
 			if n, ok := notes[e]; ok {
 				c := *e
-				c.Err = fmt.Errorf("%w; %s", e.Err, n.text)
-				c.KeptLastGood = n.kept
+				if n.text != "" {
+					c.Err = fmt.Errorf("%w; %s", e.Err, n.text)
+				}
+				c.KeptLastGood, c.StandIn = n.kept, n.standIn
 				e = &c
 			}
 			objErrs = append(objErrs, e)
@@ -217,11 +258,13 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 	return &snap, objErrs, held
 }
 
-// A note is what merge adds to a file's ObjectError: the text, and whether
-// a last good version is kept (ObjectError.KeptLastGood).
+// A note is what merge adds to a file's ObjectError: the text (none for a
+// definition whose duplicate errors say it), and whether a last good
+// version is kept (ObjectError.KeptLastGood) or a stand-in is in effect
+// (ObjectError.StandIn).
 type note struct {
-	text string
-	kept bool
+	text          string
+	kept, standIn bool
 }
 
 // keepUnaccounted keeps, when one of fl's rejected documents cannot be
@@ -229,7 +272,7 @@ type note struct {
 // that no load defines any more, and notes it on the first such document's
 // error. It returns the keys kept. See mergeOver.
 func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[objectKey][]*definition,
-	defOf map[*ObjectError]*definition, notes map[*ObjectError]note, use func(objectKey, runtime.Object)) []objectKey {
+	defOf map[*ObjectError]*definition, notes map[*ObjectError]note, use func(objectKey, runtime.Object, bool)) []objectKey {
 	var orphans []objectKey
 	for _, k := range held {
 		if len(byKey[k]) == 0 && prev.last(k) != nil {
@@ -268,7 +311,7 @@ func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[o
 	}
 	var names []string
 	for _, k := range orphans {
-		use(k, prev.last(k))
+		use(k, prev.last(k), prev.lastQuarantined(k))
 		if len(names) < maxKeptNamed {
 			names = append(names, k.String())
 		}
@@ -278,10 +321,11 @@ func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[o
 		list += fmt.Sprintf(" and %d more", more)
 	}
 	text := "this document cannot be told apart from the objects the file held before, so those it no longer defines stay in effect: " + list
-	if prevNote, ok := notes[trigger]; ok {
+	prevNote := notes[trigger]
+	if prevNote.text != "" {
 		text = prevNote.text + "; " + text
 	}
-	notes[trigger] = note{text, true}
+	notes[trigger] = note{text: text, kept: true, standIn: prevNote.standIn}
 	return orphans
 }
 
@@ -396,23 +440,23 @@ func isolating(namespace, name string, sel metav1.LabelSelector, types []network
 
 // standIn returns what stands, when no last good version is kept, for a
 // definition of key that was rejected, j being what can be read of its
-// document: see policyStandIn and podStandIn. It is nil for other kinds,
-// and when not even the stand-in can be admitted (an invalid name or
-// namespace: no pod can be selected by it, and the Snapshot holds only
-// valid objects).
-func standIn(key objectKey, j []byte) runtime.Object {
-	var obj runtime.Object
+// document: see policyStandIn and podStandIn; quarantined says that it is
+// a pod whose true labels are not known (Snapshot.Quarantined). It is nil
+// for other kinds, and when not even the stand-in can be admitted (an
+// invalid name or namespace: no pod can be selected by it, and the
+// Snapshot holds only valid objects).
+func standIn(key objectKey, j []byte) (obj runtime.Object, quarantined bool) {
 	switch key.kind {
 	case "NetworkPolicy":
 		if np := policyStandIn(key, j); np != nil {
 			obj = np
 		}
 	case "Pod":
-		if p := podStandIn(key, j); p != nil {
-			obj = p
+		if p, q := podStandIn(key, j); p != nil {
+			obj, quarantined = p, q
 		}
 	}
-	return obj
+	return obj, quarantined
 }
 
 // policyStandIn returns the policy that stands for a rejected NetworkPolicy
@@ -454,31 +498,40 @@ func policyStandIn(key objectKey, j []byte) *networkingv1.NetworkPolicy {
 // when no last good version is kept: the pod at its addresses and node
 // with only the labels that are valid and read as strings, and no
 // containers. Dropping it would open it (it would be no target, and its
-// address no pod's) and isolated pods would lose nothing; kept so, it is
-// still isolated by the policies that select every pod of its namespace,
-// or it by labels it has, and a peer only where those labels allow it
-// (see the package documentation for the one gap: a selector on the
-// absence of a label). A named port matches nothing on it. It is nil
-// when its node, hostNetwork, phase or addresses cannot be read, or do not
-// validate: a guess at those could turn a node's address into a pod's;
-// and when the compiler would ignore the pod anyway (no address,
+// address no pod's) and isolated pods would lose nothing. A named port
+// matches nothing on it.
+//
+// quarantined is true when a label was left out, or the labels cannot be
+// read at all: the stand-in then lacks a label the pod has, and a
+// selector on the absence of a label (NotIn, DoesNotExist) would select
+// the stand-in as it would not the pod, granting it that policy's allows
+// or making it that rule's peer. A quarantined pod is isolated with
+// nothing allowed instead (Snapshot.Quarantined). Otherwise the stand-in
+// has the labels the document gives, and policies select it by them.
+//
+// It is nil when its node, hostNetwork, phase or addresses cannot be read,
+// or do not validate: a guess at those could turn a node's address into a
+// pod's; and when the compiler would ignore the pod anyway (no address,
 // hostNetwork, phase Succeeded or Failed).
-func podStandIn(key objectKey, j []byte) *corev1.Pod {
+func podStandIn(key objectKey, j []byte) (p *corev1.Pod, quarantined bool) {
 	top, ok := lenientField[map[string]json.RawMessage](map[string]json.RawMessage{"": j}, "")
 	if !ok {
-		return nil
+		return nil, false
 	}
-	md, _ := lenientField[map[string]json.RawMessage](top, "metadata")
-	rawLabels, _ := lenientField[map[string]json.RawMessage](md, "labels")
+	md, okMD := lenientField[map[string]json.RawMessage](top, "metadata")
+	rawLabels, okLabels := lenientField[map[string]json.RawMessage](md, "labels")
+	quarantined = !okMD || !okLabels
 	var labels map[string]string
 	for k, raw := range rawLabels {
 		v, ok := lenientField[string](map[string]json.RawMessage{"": raw}, "")
-		if ok && len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
-			if labels == nil {
-				labels = map[string]string{}
-			}
-			labels[k] = v
+		if !ok || len(validation.IsQualifiedName(k)) != 0 || len(validation.IsValidLabelValue(v)) != 0 {
+			quarantined = true
+			continue
 		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[k] = v
 	}
 	spec, ok1 := lenientField[map[string]json.RawMessage](top, "spec")
 	status, ok2 := lenientField[map[string]json.RawMessage](top, "status")
@@ -489,18 +542,18 @@ func podStandIn(key objectKey, j []byte) *corev1.Pod {
 	podIPs, ok7 := lenientField[[]corev1.PodIP](status, "podIPs")
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 ||
 		podIP == "" && len(podIPs) == 0 || hostNetwork || phase == corev1.PodSucceeded || phase == corev1.PodFailed {
-		return nil
+		return nil, false
 	}
-	p := &corev1.Pod{
+	p = &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: key.namespace, Name: key.name, Labels: labels},
 		Spec:       corev1.PodSpec{NodeName: nodeName, HostNetwork: hostNetwork},
 		Status:     corev1.PodStatus{Phase: phase, PodIP: podIP, PodIPs: podIPs},
 	}
 	if len(Admit(p)) != 0 {
-		return nil
+		return nil, false
 	}
 	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-	return p
+	return p, quarantined
 }
 
 // agreedPod returns the pod that stands for a Pod defined more than once,
@@ -511,20 +564,23 @@ func podStandIn(key objectKey, j []byte) *corev1.Pod {
 // counts with its stand-in (podStandIn). Why not leave it out: see
 // podStandIn. It is nil when a definition has no stand-in or they
 // disagree on anything but labels and containers: no address can be
-// trusted then.
-func agreedPod(defs []*definition) *corev1.Pod {
+// trusted then. quarantined is true when the definitions disagree on the
+// labels, or a stand-in among them is quarantined: the pod's true labels
+// are not known (see podStandIn).
+func agreedPod(defs []*definition) (agreed *corev1.Pod, quarantined bool) {
 	var each []*corev1.Pod
 	for _, d := range defs {
 		p, ok := d.obj.(*corev1.Pod)
 		if !ok {
 			if p, ok = d.standin.(*corev1.Pod); !ok {
-				return nil
+				return nil, false
 			}
+			quarantined = quarantined || d.quarantined
 		}
 		each = append(each, p)
 	}
 	if len(each) == 0 {
-		return nil
+		return nil, false
 	}
 	first := each[0]
 	labels := maps.Clone(first.Labels)
@@ -532,7 +588,7 @@ func agreedPod(defs []*definition) *corev1.Pod {
 	for _, p := range each[1:] {
 		if p.Spec.NodeName != first.Spec.NodeName || p.Spec.HostNetwork != first.Spec.HostNetwork ||
 			p.Status.Phase != first.Status.Phase || !reflect.DeepEqual(p.Status.PodIPs, first.Status.PodIPs) {
-			return nil
+			return nil, false
 		}
 		for k, v := range labels {
 			if w, ok := p.Labels[k]; !ok || w != v {
@@ -541,6 +597,11 @@ func agreedPod(defs []*definition) *corev1.Pod {
 		}
 		if !reflect.DeepEqual(p.Spec.Containers, containers) || !reflect.DeepEqual(p.Spec.InitContainers, initContainers) {
 			containers, initContainers = nil, nil
+		}
+	}
+	for _, p := range each {
+		if len(p.Labels) != len(labels) {
+			quarantined = true // every label left is alike in all: a count tells
 		}
 	}
 	if len(labels) == 0 {
@@ -554,11 +615,12 @@ func agreedPod(defs []*definition) *corev1.Pod {
 		Status: corev1.PodStatus{Phase: first.Status.Phase, PodIP: first.Status.PodIP, PodIPs: slices.Clone(first.Status.PodIPs)},
 	}
 	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-	return p
+	return p, quarantined
 }
 
-// standInOutcome says what a stand-in of one rejected definition does.
-func standInOutcome(obj runtime.Object) string {
+// standInOutcome says what a stand-in of one rejected definition does;
+// quarantined: see podStandIn.
+func standInOutcome(obj runtime.Object, quarantined bool) string {
 	switch o := obj.(type) {
 	case *networkingv1.NetworkPolicy:
 		what := "the pods its podSelector selects"
@@ -567,6 +629,9 @@ func standInOutcome(obj runtime.Object) string {
 		}
 		return fmt.Sprintf("a policy stands in for it that isolates %s for %v and allows nothing, until it is fixed", what, o.Spec.PolicyTypes)
 	case *corev1.Pod:
+		if quarantined {
+			return "the pod stays at its addresses with only the labels that are valid, and no named ports, quarantined as its true labels are not known: isolated for ingress and egress with nothing allowed, selected by no policy and named by no pod selector, until it is fixed"
+		}
 		return "the pod stays at its addresses with only the labels that are valid, and no named ports, until it is fixed"
 	}
 	return "it is left out"

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // A Snapshot is the cluster state the enforcer compiles: every namespace,
@@ -24,6 +25,20 @@ type Snapshot struct {
 	Pods       []*corev1.Pod
 	Nodes      []*corev1.Node
 	Policies   []*networkingv1.NetworkPolicy
+
+	// Quarantined names the pods of Pods whose true labels are not known:
+	// the manifests source keeps a rejected Pod with only the labels it
+	// can trust (a stand-in), and names it here when that drops a label
+	// (one invalid or unreadable, or one its duplicates disagree on). A
+	// selector that reads what labels are absent (NotIn, DoesNotExist)
+	// would take the stand-in for a pod it is not, so the compiler
+	// isolates a quarantined pod in both directions with nothing allowed,
+	// lets no policy select it and no pod selector name it as a peer
+	// (ipBlock peers still match its addresses). Sorted by namespace and
+	// name; nil when there are none. It is a field of the Snapshot, not a
+	// label or annotation of the pod, so that no manifest can set or clear
+	// it: only the source decides what it could not read.
+	Quarantined []types.NamespacedName `json:",omitempty"`
 }
 
 // Sort orders every slice by namespace and name, as the Snapshot contract
@@ -37,4 +52,7 @@ func (s *Snapshot) Sort() {
 	slices.SortFunc(s.Pods, func(a, b *corev1.Pod) int { return byName(a, b) })
 	slices.SortFunc(s.Nodes, func(a, b *corev1.Node) int { return byName(a, b) })
 	slices.SortFunc(s.Policies, func(a, b *networkingv1.NetworkPolicy) int { return byName(a, b) })
+	slices.SortFunc(s.Quarantined, func(a, b types.NamespacedName) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
 }
