@@ -136,6 +136,7 @@ type Compiler struct {
 	claims       addressClaims         // claimsByPod by address
 	podProblems  map[objKey][]Problem
 	addrProblems map[objKey][]Problem // addresses lost to another pod
+	quarantined  map[objKey]bool      // the last snapshot's Quarantined
 	byNS         map[string][]*pod    // participating pods by namespace, sorted by name
 	nsNames      []string             // namespaces with participating pods, sorted
 	localByNS    map[string][]*pod    // this node's participating pods by namespace, sorted
@@ -245,7 +246,7 @@ func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Pr
 		podChainNS: map[string]bool{},
 	}
 	c.syncNamespaces(snap.Namespaces, ch)
-	c.syncPods(snap.Pods, ch)
+	c.syncPods(snap.Pods, snap.Quarantined, ch)
 	c.syncPolicies(snap.Policies, ch)
 	c.refreshPeers(ch)
 	c.refreshTargets(ch)
@@ -418,6 +419,10 @@ func (c *Compiler) refreshPodChains(ch *changes) {
 	}
 }
 
+// refreshPodChain brings the chain of a local pod for d in step with the
+// policies selecting it: none when none does, and for a quarantined pod
+// (whose labels are not known) one that jumps to no policy, so that it is
+// isolated with nothing allowed whatever selects it.
 func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	var selecting []string
 	for _, p := range c.policiesByNS[pd.namespace] {
@@ -427,7 +432,7 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	}
 	k := podChainKey{pd.key, d.name}
 	old := c.podChains[k]
-	if len(selecting) == 0 {
+	if len(selecting) == 0 && !pd.quarantined {
 		if old != nil {
 			c.dropPodChain(k, old)
 			ch.dispatch = true
@@ -460,20 +465,23 @@ func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
 }
 
 // podChain decides one direction for one isolated pod: allowed if any
-// selecting policy's chain set our allow bit.
+// selecting policy's chain set our allow bit. A quarantined pod's chain
+// has no policy to jump to: only the pod reaching itself is allowed.
 func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string) *nft.Chain {
 	ch := &nft.Chain{Name: name}
 	ch.Rules = append(ch.Rules, nft.Rule{
 		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
 		Comment: "only our policy chains may set our bits",
 	})
-	for _, pc := range policyChains {
-		ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
+	if len(policyChains) > 0 {
+		for _, pc := range policyChains {
+			ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
+		}
+		ch.Rules = append(ch.Rules, nft.Rule{
+			Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
+			Comment: "allowed: clear our bits and go on",
+		})
 	}
-	ch.Rules = append(ch.Rules, nft.Rule{
-		Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
-		Comment: "allowed: clear our bits and go on",
-	})
 	// Self traffic is checked last: only what no policy allowed pays for
 	// it, not every allowed connection. Our bit is clear here. A pod's
 	// packets to itself cross the forward hook only when hairpinned through
@@ -490,9 +498,13 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 			Comment: "a pod may always reach itself (through a Service)",
 		})
 	}
+	drop := fmt.Sprintf("%s: no %s rule allows", pd.key, d.name)
+	if pd.quarantined {
+		drop = fmt.Sprintf("%s: quarantined, its labels are not known: nothing allowed", pd.key)
+	}
 	ch.Rules = append(ch.Rules, nft.Rule{
 		Exprs:   c.podChainDrop(),
-		Comment: truncateComment(fmt.Sprintf("%s: no %s rule allows", pd.key, d.name)),
+		Comment: truncateComment(drop),
 	})
 	return ch
 }

@@ -62,6 +62,21 @@
 // reported as a Problem naming both. A terminating pod keeps its address,
 // isolated by its policies, until another pod claims it.
 //
+// # Quarantined pods
+//
+// A pod the snapshot names in Quarantined (k8s.Snapshot) is one whose true
+// labels the source does not know: the manifests source kept a rejected
+// Pod at its addresses with only the labels it could trust. A selector on
+// the absence of a label (NotIn, DoesNotExist) would take it for a pod it
+// is not, so no policy selects it and no pod selector names it as a peer,
+// an empty one included; ipBlock peers still match its addresses, and a
+// rule with no peers allows it as every address. On this node it has a
+// pod chain per direction that jumps to no policy and drops all but the
+// pod reaching itself: isolated for ingress and egress with nothing
+// allowed. The fact travels as a field of the Snapshot rather than a
+// label or annotation, so that no manifest (or API user) can set or
+// clear it.
+//
 // # Syncing
 //
 // The Syncer writes the first table whole, then each change as one delta

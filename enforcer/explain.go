@@ -62,10 +62,14 @@ type Side struct {
 	Allows []RuleRef
 	// Self: allowed as the pod reaching itself (through a Service).
 	Self bool
+	// Quarantined: the pod's labels are not known (k8s.Snapshot.Quarantined),
+	// so it is isolated with nothing allowed, whatever selects it.
+	Quarantined bool
 }
 
-// Isolated reports whether a policy selects the pod for this direction.
-func (s *Side) Isolated() bool { return len(s.Policies) > 0 }
+// Isolated reports whether a policy selects the pod for this direction,
+// or it is quarantined.
+func (s *Side) Isolated() bool { return len(s.Policies) > 0 || s.Quarantined }
 
 // Allowed reports whether this direction lets the connection through.
 func (s *Side) Allowed() bool { return !s.Isolated() || len(s.Allows) > 0 || s.Self }
@@ -107,6 +111,7 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 		if pc == nil {
 			return s, nil
 		}
+		s.Quarantined = pc.pod.quarantined
 		for i, r := range pc.chain.Rules {
 			if v, ok := jumpTarget(r); ok {
 				ps := byChain[v]
@@ -190,6 +195,13 @@ func (x *Explanation) String() string {
 			fmt.Fprintf(&b, "%s: %s is not on this node; its own node checks %s\n", s.name, s.end.Pod, s.name)
 		case !s.side.Isolated():
 			fmt.Fprintf(&b, "%s: %s is not isolated for %s (no policy selects it): allowed\n", s.name, s.side.Pod, s.name)
+		case s.side.Quarantined:
+			fmt.Fprintf(&b, "%s: %s is quarantined: its labels are not known (a rejected manifest), so it is isolated for %s with nothing allowed\n", s.name, s.side.Pod, s.name)
+			if s.side.Self {
+				fmt.Fprintf(&b, "  allowed: the pod reaching itself through a Service\n")
+			} else {
+				fmt.Fprintf(&b, "  dropped\n")
+			}
 		default:
 			fmt.Fprintf(&b, "%s: %s is isolated for %s by %s\n", s.name, s.side.Pod, s.name, strings.Join(s.side.Policies, ", "))
 			for _, r := range s.side.Allows {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -203,6 +204,9 @@ type world struct {
 	policies   map[objKey]*networkingv1.NetworkPolicy
 	node       *corev1.Node // this node, with pod CIDRs that change
 	nextIP     int
+	// quarantined pods (k8s.Snapshot.Quarantined), toggled without a new
+	// pod object, as a source may.
+	quarantined map[objKey]bool
 }
 
 var (
@@ -219,6 +223,7 @@ func newWorld(seed uint64) *world {
 		pods:       map[objKey]*corev1.Pod{},
 		policies:   map[objKey]*networkingv1.NetworkPolicy{},
 	}
+	w.quarantined = map[objKey]bool{}
 	w.node = w.randomNode()
 	for _, ns := range worldNamespaces[:3] {
 		w.namespaces[ns] = w.randomNamespace(ns)
@@ -426,6 +431,11 @@ func (w *world) step() string {
 		}
 		w.node = w.randomNode()
 		return "node set"
+	case 11: // a pod quarantined or released, the same object
+		if k, ok := w.anyKey(w.pods); ok {
+			w.quarantined[k] = !w.quarantined[k]
+			return fmt.Sprintf("pod quarantined=%v %s", w.quarantined[k], k)
+		}
 	case 9: // every object replaced by an equal copy, as a manifests reload does
 		for k, p := range w.pods {
 			w.pods[k] = p.DeepCopy()
@@ -467,6 +477,9 @@ func (w *world) snapshot() *k8s.Snapshot {
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(w.pods), compareKeys) {
 		s.Pods = append(s.Pods, w.pods[k])
+		if w.quarantined[k] {
+			s.Quarantined = append(s.Quarantined, ktypes.NamespacedName{Namespace: k.namespace, Name: k.name})
+		}
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(w.policies), compareKeys) {
 		s.Policies = append(s.Policies, w.policies[k])

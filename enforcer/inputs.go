@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	ktypes "k8s.io/apimachinery/pkg/types"
 )
 
 // This file keeps the compiler's view of namespaces and pods in step with
@@ -58,19 +59,49 @@ type pod struct {
 	ips       []netip.Addr
 	ports     []corev1.ContainerPort
 	local     bool // on this node
+	// quarantined: its true labels are not known (k8s.Snapshot.Quarantined).
+	// It is selected by no policy and named by no pod selector, and on
+	// this node it is isolated both ways with nothing allowed.
+	quarantined bool
 }
 
 func (p *pod) equal(o *pod) bool {
-	return p.key == o.key && p.local == o.local && maps.Equal(p.labels, o.labels) &&
+	return p.key == o.key && p.local == o.local && p.quarantined == o.quarantined && maps.Equal(p.labels, o.labels) &&
 		slices.Equal(p.ips, o.ips) && slices.Equal(p.ports, o.ports)
+}
+
+// matchedBy reports whether sel selects p, as a policy's target or as a
+// peer. A quarantined pod is selected by nothing: the labels it has are not
+// all it has, so a selector on the absence of a label (NotIn, DoesNotExist)
+// could match it where its true labels would not.
+func (p *pod) matchedBy(sel labels.Selector) bool {
+	return !p.quarantined && sel.Matches(p.labels)
 }
 
 // A podChange is a pod whose view changed; old or new is nil when the pod
 // started or stopped taking part in policy.
 type podChange struct{ old, new *pod }
 
-func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
+func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedName, ch *changes) {
 	key := func(p *corev1.Pod) objKey { return objKey{p.Namespace, p.Name} }
+	quarantined := make(map[objKey]bool, len(quarantine))
+	for _, q := range quarantine {
+		quarantined[objKey{q.Namespace, q.Name}] = true
+	}
+	// A pod that enters or leaves quarantine is looked at again even when
+	// the source hands out the same object for it.
+	var requarantined map[objKey]bool
+	for k := range quarantined {
+		if !c.quarantined[k] {
+			requarantined = addKey(requarantined, k)
+		}
+	}
+	for k := range c.quarantined {
+		if !quarantined[k] {
+			requarantined = addKey(requarantined, k)
+		}
+	}
+	c.quarantined = quarantined
 	// A pod whose addresses nobody else claims, before or after, is
 	// brought to its view at once. Where an address is contested, the
 	// pods that changed and the addresses involved are resolved once every
@@ -78,12 +109,12 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
 	// compile would otherwise build two entries per pod of the cluster.
 	var keys map[objKey]bool
 	var addrs map[netip.Addr]bool
-	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *corev1.Pod) {
+	update := func(k objKey, p *corev1.Pod) {
 		old := c.claimsByPod[k]
 		delete(c.podProblems, k)
 		var cl *claim
 		if p != nil {
-			view, problems := c.podOf(p)
+			view, problems := c.podOf(p, quarantined[k])
 			if len(problems) > 0 {
 				c.podProblems[k] = problems
 			}
@@ -119,7 +150,17 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, ch *changes) {
 				}
 			}
 		}
+	}
+	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *corev1.Pod) {
+		delete(requarantined, k)
+		update(k, p)
 	})
+	for _, k := range slices.SortedFunc(maps.Keys(requarantined), compareKeys) {
+		i, ok := slices.BinarySearchFunc(c.podList, k, func(p *corev1.Pod, k objKey) int { return compareKeys(key(p), k) })
+		if ok {
+			update(k, c.podList[i])
+		}
+	}
 	if keys != nil {
 		c.resolveAddresses(keys, addrs, ch)
 	}
@@ -196,15 +237,16 @@ func (c *Compiler) everyPod() []*pod {
 	return c.every
 }
 
-// podOf returns the policy view of a pod, or nil for a pod that takes no
-// part in policy: host-network pods (their IPs are the node's), pods that
-// have finished, and pods without an IP yet.
-func (c *Compiler) podOf(p *corev1.Pod) (*pod, []Problem) {
+// podOf returns the policy view of a pod, quarantined or not, or nil for a
+// pod that takes no part in policy: host-network pods (their IPs are the
+// node's), pods that have finished, and pods without an IP yet.
+func (c *Compiler) podOf(p *corev1.Pod, quarantined bool) (*pod, []Problem) {
 	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return nil, nil
 	}
 	key := objKey{p.Namespace, p.Name}
-	pd := &pod{key: key, namespace: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), local: p.Spec.NodeName == c.opts.Node}
+	pd := &pod{key: key, namespace: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), local: p.Spec.NodeName == c.opts.Node,
+		quarantined: quarantined}
 	var problems []Problem
 	seen := map[netip.Addr]bool{}
 	add := func(s string) {
@@ -240,4 +282,13 @@ func (c *Compiler) podOf(p *corev1.Pod) (*pod, []Problem) {
 		}
 	}
 	return pd, problems
+}
+
+// addKey adds k to set, making it when nil.
+func addKey(set map[objKey]bool, k objKey) map[objKey]bool {
+	if set == nil {
+		set = map[objKey]bool{}
+	}
+	set[k] = true
+	return set
 }

@@ -166,7 +166,7 @@ func (c *Compiler) selectTargets(p *policyState, ch *changes) {
 	var targets []*pod
 	if p.sel != nil {
 		for _, pd := range c.localByNS[p.key.namespace] {
-			if p.sel.Matches(pd.labels) {
+			if pd.matchedBy(p.sel) {
 				targets = append(targets, pd)
 			}
 		}

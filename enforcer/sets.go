@@ -195,12 +195,14 @@ func (c *Compiler) computePeers(e *peerSets) {
 
 // selectPods returns the pods a selector peer names: podSelector alone
 // means the policy's namespace, namespaceSelector alone means every pod of
-// the matching namespaces, and both together must both match.
+// the matching namespaces, and both together must both match. It never
+// names a quarantined pod (see pod.matchedBy), even for an empty
+// podSelector: its addresses are allowed only by ipBlock peers.
 func (c *Compiler) selectPods(policyNS string, s peerSelector) []*pod {
 	var out []*pod
 	add := func(ns string) {
 		for _, pd := range c.byNS[ns] {
-			if s.pods.Matches(pd.labels) {
+			if pd.matchedBy(s.pods) {
 				out = append(out, pd)
 			}
 		}
@@ -257,7 +259,7 @@ func (c *Compiler) peersTouched(e *peerSets, ch *changes) bool {
 
 func podsMatch(sel labels.Selector, changed []podChange) bool {
 	for _, pc := range changed {
-		if (pc.old != nil && sel.Matches(pc.old.labels)) || (pc.new != nil && sel.Matches(pc.new.labels)) {
+		if (pc.old != nil && pc.old.matchedBy(sel)) || (pc.new != nil && pc.new.matchedBy(sel)) {
 			return true
 		}
 	}
