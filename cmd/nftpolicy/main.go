@@ -341,6 +341,8 @@ func logObjectErrors(log *zap.Logger, objErrs []*k8s.ObjectError) {
 		switch {
 		case e.KeptLastGood:
 			log.Warn("rejected a manifest object; its last good version stays in effect", fields...)
+		case e.StandIn:
+			log.Warn("rejected a manifest object; a stand-in that fails closed is in effect", fields...)
 		case errors.Is(e, k8s.ErrUnsupportedKind):
 			log.Info("ignored a manifest object of a kind nftpolicy does not read", fields...)
 		case errors.Is(e, k8s.ErrIdenticalDuplicate):
@@ -353,6 +355,46 @@ func logObjectErrors(log *zap.Logger, objErrs []*k8s.ObjectError) {
 
 // maxReadyObjects bounds the objects /readyz names.
 const maxReadyObjects = 5
+
+// lostObjects returns why a load may lack objects that nothing stands for
+// (see watchManifests): files that cannot be read (dirErr), and the object
+// errors that are Lost, the first few named and the rest counted; nil when
+// there is none.
+func lostObjects(dirErr error, objErrs []*k8s.ObjectError) error {
+	var problems []error
+	if dirErr != nil {
+		problems = append(problems, dirErr)
+	}
+	n := 0
+	for _, e := range objErrs {
+		if !e.Lost() {
+			continue
+		}
+		if n++; n <= maxReadyObjects {
+			problems = append(problems, errors.New(k8s.Shorten(e.Error(), 256)))
+		}
+	}
+	if n > maxReadyObjects {
+		problems = append(problems, fmt.Errorf("and %d more", n-maxReadyObjects))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return oneLine(problems)
+}
+
+// oneLine joins errors with "; ".
+type oneLine []error
+
+func (o oneLine) Error() string {
+	msgs := make([]string, len(o))
+	for i, e := range o {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (o oneLine) Unwrap() []error { return o }
 
 // notAsWritten returns the source problem of the object errors that make
 // what is enforced differ from the files (every one but a Warning): the
@@ -765,11 +807,19 @@ func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 //   - An unknown --node is logged and makes the daemon not ready.
 //
 // When a table was programmed before this daemon started (held), the first
-// load is sent only once it has no errors: a restart has no last good
-// version of an object to fall back on, so an invalid edit, a file that
-// does not parse, a kind typo or a differing duplicate would otherwise
-// drop objects and open pods. Until then the table from before the restart
-// (the last good state) stays, and the daemon is not ready, saying why.
+// load is sent only once nothing it lacks could open a pod: a restart has
+// no last good version of an object to fall back on, so a file that cannot
+// be read or does not parse, a document whose kind or name cannot be read,
+// a kind typo, or a rejected Namespace or Node would drop objects that
+// nothing stands for (k8s.ObjectError.Lost). Until then the table from
+// before the restart (the last good state) stays, and the daemon is not
+// ready, naming those errors. Errors whose objects have a stand-in that
+// fails closed (k8s.ObjectError.StandIn: a rejected or differing
+// NetworkPolicy isolates and allows nothing, a rejected Pod is kept at its
+// addresses and quarantined when its labels are not all known) do not
+// hold it: the current manifests are programmed at once, so that valid
+// changes (a new deny) take effect, and the daemon stays not ready naming
+// the errors, as above.
 func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sourceState, held bool, tampered <-chan struct{}) <-chan *k8s.Snapshot {
 	snapshots := make(chan *k8s.Snapshot)
 	go func() {
@@ -831,11 +881,13 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 				problems = append(problems, fmt.Errorf("%s came back without any NetworkPolicy after it was removed or emptied, where %d were programmed; keeping the last programmed state until one comes back (--allow-empty to program no policy)", cfg.manifests, vanished))
 				snap = nil
 			}
-			if held && sent == nil && snap != nil && (u.Err != nil || objErr != nil) {
-				problems = append(problems, fmt.Errorf("keeping the table programmed before this start until %s loads without errors", cfg.manifests))
-				log.Error("the manifests have errors and there is no last good version of them since the start; keeping the table programmed before it until they load cleanly",
-					zap.String("dir", cfg.manifests))
-				snap = nil
+			if held && sent == nil && snap != nil {
+				if lost := lostObjects(u.Err, u.Errors); lost != nil {
+					problems = append(problems, fmt.Errorf("keeping the table programmed before this start until %s loads without errors that leave objects out with nothing failing closed in their place: %w", cfg.manifests, lost))
+					log.Error("the manifests have errors that leave objects out, and there is no last good version of them since the start; keeping the table programmed before it until they are fixed",
+						zap.String("dir", cfg.manifests), k8s.ErrorField(lost))
+					snap = nil
+				}
 			}
 			if snap != nil && snap != sent {
 				nodeErr = nw.check(snap)
