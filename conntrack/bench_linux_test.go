@@ -330,3 +330,85 @@ func firstDrop(sent []time.Time, echoed map[uint32]bool, start time.Time) (time.
 	}
 	return sent[last+1], lost
 }
+
+// BenchmarkKernelRecheck10k measures Cleaner.Recheck, the daemon's
+// judgement of every flow at each drift check, against 10k conntrack
+// entries in a namespace holding a table compiled with the revoke rule:
+//
+//   - untouched: no entry touches an isolated pod: the dump alone;
+//   - traced: every entry goes to an isolated pod that admits it: dumped
+//     and traced, nothing written (the common worst case);
+//   - revived: every entry goes to an isolated pod that does not admit it
+//     and carries no mark: traced and marked again (the entries are made
+//     again, untimed).
+func BenchmarkKernelRecheck10k(b *testing.B) {
+	ns := testns.New(b, "ctbench")
+	path := "/run/netns/" + ns
+	opts := enforcer.Options{Node: "node-1", Revoke: true}
+	admitY := compileWith(b, opts, benchCluster("y"))
+	admitZ := compileWith(b, opts, benchCluster("z"))
+	nc, err := nft.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	conn := dialCT(b, path)
+	defer conn.Close()
+	cleaner, err := conntrack.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cleaner.Close()
+	for _, bc := range []struct {
+		name     string
+		src, dst int
+		table    *nft.Table
+		refill   bool
+	}{
+		{"untouched", 3, 4, admitY, false},
+		{"traced", 2, 1, admitY, false},
+		{"revived", 2, 1, admitZ, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if _, err := nc.Apply(bc.table); err != nil {
+				b.Fatal(err)
+			}
+			if err := conn.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			fillConntrack(b, conn, benchEntries, bc.src, bc.dst)
+			var sum conntrack.Stats
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if bc.refill && i > 0 {
+					b.StopTimer()
+					if err := conn.Flush(); err != nil {
+						b.Fatal(err)
+					}
+					fillConntrack(b, conn, benchEntries, bc.src, bc.dst)
+					b.StartTimer()
+				}
+				st, err := cleaner.Recheck(bc.table)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st.Dumped < benchEntries {
+					b.Fatalf("dumped %d entries, want at least %d", st.Dumped, benchEntries)
+				}
+				sum.Dump += st.Dump
+				sum.Trace += st.Trace
+				sum.Delete += st.Delete
+				sum.Total += st.Total
+				sum.Candidates, sum.Revived = st.Candidates, st.Revived
+			}
+			b.StopTimer()
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+			b.ReportMetric(per(sum.Dump), "dump-ms")
+			b.ReportMetric(per(sum.Trace), "trace-ms")
+			b.ReportMetric(per(sum.Delete), "mark-ms")
+			b.ReportMetric(per(sum.Total), "total-ms")
+			b.ReportMetric(float64(sum.Candidates), "traced")
+			b.ReportMetric(float64(sum.Revived), "revived")
+		})
+	}
+}

@@ -93,8 +93,14 @@ type Change struct {
 	// its established accept (RevokedBit), 0 when it has no such rule.
 	revoked uint32
 
+	// linkUnknown: an unmarked hairpin may have started while no table
+	// judged it, so it is not known to have come in on its pod's own link
+	// (see packet). True with no table before, false for a Recheck.
+	linkUnknown bool
+
 	verdicts map[Flow]bool // flow → narrowed, within this Change
-	allowed  map[Flow]bool // flow → new accepts it, within this Change
+	allowed  map[Flow]bool // flow → new accepts it from any link, within this Change
+	byLink   map[Flow]bool // flow → new's verdict depends on the link, within this Change
 }
 
 // NewChange describes the write from old to new.
@@ -103,8 +109,8 @@ func NewChange(old, new *nft.Table) *Change {
 		old: old, new: new,
 		oldHooks: forwardChains(old), newHooks: forwardChains(new),
 		src: map[netip.Addr]bool{}, dst: map[netip.Addr]bool{},
-		verdicts: map[Flow]bool{}, allowed: map[Flow]bool{},
-		revoked: RevokedBit(new),
+		verdicts: map[Flow]bool{}, allowed: map[Flow]bool{}, byLink: map[Flow]bool{},
+		revoked: RevokedBit(new), linkUnknown: old == nil,
 	}
 	c.filtered = c.dispatchKeys(old) && c.dispatchKeys(new)
 	if old != nil {
@@ -113,6 +119,21 @@ func NewChange(old, new *nft.Table) *Change {
 	if new != nil {
 		c.newTrace = nft.NewTracer(new)
 	}
+	return c
+}
+
+// Recheck describes a judgement of every flow by t, the table programmed
+// all along since conntrack was last brought in line with it (a Change
+// from t to t that forgets nothing). Any flow t drops is revoked: it got
+// its permission back from someone else, as when another table writes the
+// conntrack mark (`ct mark set meta mark`) and clears the revoked bit, or
+// its entry was made around the table (ctnetlink, conntrackd). A hairpin
+// is judged as the kernel judged it, on its own link: the table was there
+// when it started, and one that was there before the table has been
+// handed to the kernel already (see ByLink).
+func Recheck(t *nft.Table) *Change {
+	c := NewChange(nil, t)
+	c.linkUnknown = false
 	return c
 }
 
@@ -164,7 +185,7 @@ func (c *Change) Narrows(f Flow) (bool, error) {
 	if v, ok := c.verdicts[f]; ok {
 		return v, nil
 	}
-	p := c.packet(f)
+	p := c.packet(f, c.linkUnknown)
 	after, err := verdict(c.newTrace, c.newHooks, p)
 	if err != nil {
 		return false, fmt.Errorf("new table: %w", err)
@@ -182,30 +203,33 @@ func (c *Change) Narrows(f Flow) (bool, error) {
 }
 
 // packet is the first packet of the flow as a table is asked about it.
-func (c *Change) packet(f Flow) nft.Packet {
+// A pod's connection to itself through a Service (a hairpin) is exempt
+// only when it came in on the pod's own link, which a conntrack entry does
+// not say; with wrongLink it is judged as one that did not.
+func (c *Change) packet(f Flow, wrongLink bool) nft.Packet {
 	p := f.Packet()
-	if c.old == nil && f.DNAT && f.Src == f.Dst {
-		// A connection to itself through a Service is exempt only when it
-		// came in on the pod's own link, which a conntrack entry does not
-		// say. With no table before (a start, or a repair after the table
-		// was flushed or dormant, when anyone could start anything) it is
-		// judged as one that did not: another pod forging the address is
-		// cut, and a genuine hairpin is ended once and reconnects, its new
-		// first packet judged by the kernel, interface included.
-		p.WrongIif = true
-	}
+	p.WrongIif = wrongLink && f.hairpin()
 	return p
 }
+
+// hairpin reports a pod's connection to itself through a Service: the
+// only flow whose verdict can depend on the link it came in on.
+func (f Flow) hairpin() bool { return f.DNAT && f.Src == f.Dst }
 
 // Revoked is the conntrack-mark bit that the new table drops ahead of its
 // established accept (see RevokedBit): the cleanup marks a narrowed flow
 // with it instead of deleting its entry. 0 when the new table has none.
 func (c *Change) Revoked() uint32 { return c.revoked }
 
-// Allows reports whether the new table accepts the flow's first packet:
-// whether a flow marked revoked may have its mark cleared. It holds for
-// any flow, marked by whichever table before, not only for the flows the
-// prefilter concerns.
+// Allows reports whether the new table accepts the flow's first packet
+// from any link: whether a flow marked revoked may have its mark cleared.
+// It holds for any flow, marked by whichever table before, not only for
+// the flows the prefilter concerns. A hairpin is judged as if it came in
+// on another link than its pod's, as it may have been revoked so (with no
+// table before, see ByLink; or by an earlier version, which marked such
+// flows): clearing its mark because its pod's own link would be exempt
+// let a connection forged while no table was there come back at the next
+// change. One that new accepts only from its pod's own link is ByLink.
 func (c *Change) Allows(f Flow) (bool, error) {
 	if c.filtered && !c.Concerns(f) {
 		return true, nil // accepted by both tables, new included
@@ -213,12 +237,45 @@ func (c *Change) Allows(f Flow) (bool, error) {
 	if v, ok := c.allowed[f]; ok {
 		return v, nil
 	}
-	v, err := verdict(c.newTrace, c.newHooks, c.packet(f))
+	v, err := verdict(c.newTrace, c.newHooks, c.packet(f, true))
 	if err != nil {
 		return false, fmt.Errorf("new table: %w", err)
 	}
 	c.allowed[f] = v == nft.Accept
 	return v == nft.Accept, nil
+}
+
+// ByLink reports a hairpin that the new table accepts when it comes in on
+// its pod's own link and drops otherwise: only the kernel can tell which,
+// at the connection's next packet. The cleanup deletes its entry rather
+// than marking it or clearing its mark, so that the next packet is NEW and
+// judged with its link. A genuine hairpin goes on (or, if the Service's
+// masquerade picks another port, resets and reconnects); a forged one (a
+// pod sending with another pod's address as its source) is dropped. For a
+// hairpin, deleting leaves no gap from the server's end, as it does for
+// other flows (package documentation, # Revoking): the server's packets go
+// to the node's address (masquerade) or stay in the pod (none), so none
+// starts a forwarded connection the policy would judge.
+func (c *Change) ByLink(f Flow) (bool, error) {
+	if !f.hairpin() || c.filtered && !c.Concerns(f) {
+		return false, nil
+	}
+	if v, ok := c.byLink[f]; ok {
+		return v, nil
+	}
+	own, err := verdict(c.newTrace, c.newHooks, c.packet(f, false))
+	if err != nil {
+		return false, fmt.Errorf("new table: %w", err)
+	}
+	v := false
+	if own == nft.Accept {
+		if v, err = c.Allows(f); err != nil {
+			return false, err
+		}
+		v = !v
+	}
+	c.byLink[f] = v
+	return v, nil
 }
 
 // RevokedBit is the conntrack-mark bit B of a rule `ct mark & B == B drop`
@@ -401,9 +458,11 @@ type Stats struct {
 	Candidates int // traced: an address is a key of a dispatch map, or no prefilter
 	Narrowed   int // allowed by old, dropped by new
 	Revoked    int // of those, marked revoked (the new table has a revoke rule)
-	Deleted    int // of those, deleted (it has none)
+	Deleted    int // deleted: narrowed, when new has no revoke rule, and Hairpins
 	Marked     int // found marked revoked by an earlier change
 	Restored   int // of those, allowed by new: the mark cleared
+	Hairpins   int // narrowed or marked hairpins new drops only from another link (ByLink): deleted
+	Revived    int // Recheck: unmarked flows new drops (a mark cleared by someone else), revoked again
 	Gone       int // revoked, deleted or restored, but already gone (ENOENT)
 
 	Dump, Trace, Delete, Total time.Duration // Delete: the deletes or mark updates

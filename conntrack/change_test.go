@@ -292,3 +292,65 @@ func TestChangeRevokedBit(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeJudgesHairpinsAlike: a mark never stands for a judgement that
+// depends on the link a hairpin came in on. With no table before, x/b's
+// connection to itself through a Service is judged as coming in elsewhere
+// and dropped; the cleanup hands it to the kernel (ByLink: deleted, its
+// next packet judged with its link) instead of marking it. A marked
+// hairpin (an earlier version marked them) is restored only if the table
+// accepts it from any link: restoring it because its own link would be
+// exempt, at a later change, let one forged while no table was there come
+// back. A Recheck judges unmarked hairpins on their own link, as the
+// kernel did when they started under the table.
+func TestChangeJudgesHairpinsAlike(t *testing.T) {
+	cluster := clusterYAML()
+	opts := enforcer.Options{Node: "node-1", Revoke: true}
+	both := compileWith(t, opts, cluster, allowTo("web", "x", "y"))
+	onlyY := compileWith(t, opts, cluster, allowTo("web", "y"))
+	self := compileWith(t, opts, cluster, allowTo("web", "x", "y"), `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {namespace: x, name: self}
+spec:
+  podSelector: {matchLabels: {pod: b}}
+  policyTypes: [Ingress]
+  ingress: [{from: [{podSelector: {matchLabels: {pod: b}}}]}]
+`)
+	hp := hairpin(xb, 8080)
+	check := func(name string, got bool, err error, want bool) {
+		t.Helper()
+		if err != nil || got != want {
+			t.Errorf("%s = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	start := conntrack.NewChange(nil, onlyY)
+	got, err := start.Narrows(hp)
+	check("start: Narrows(hairpin)", got, err, true)
+	got, err = start.ByLink(hp)
+	check("start: ByLink(hairpin)", got, err, true)
+	got, err = start.ByLink(tcp(xa, xb, 8080))
+	check("start: ByLink(x/a → x/b)", got, err, false)
+
+	change := conntrack.NewChange(both, onlyY)
+	got, err = change.Allows(hp)
+	check("a later change: Allows(marked hairpin)", got, err, false)
+	got, err = change.ByLink(hp)
+	check("a later change: ByLink(marked hairpin)", got, err, true)
+	got, err = change.Narrows(hp)
+	check("a later change: Narrows(unmarked hairpin)", got, err, false)
+	got, err = conntrack.NewChange(onlyY, self).Allows(hp)
+	check("x/b admits itself: Allows(marked hairpin)", got, err, true)
+	got, err = conntrack.NewChange(onlyY, self).ByLink(hp)
+	check("x/b admits itself: ByLink(hairpin)", got, err, false)
+
+	re := conntrack.Recheck(onlyY)
+	got, err = re.Narrows(hp)
+	check("recheck: Narrows(unmarked hairpin)", got, err, false)
+	got, err = re.Narrows(tcp(xa, xb, 8080))
+	check("recheck: Narrows(x/a → x/b)", got, err, true)
+	got, err = re.Narrows(tcp(ya, xb, 8080))
+	check("recheck: Narrows(y/a → x/b)", got, err, false)
+	if re.Nothing() {
+		t.Error("recheck of a table isolating x/b: Nothing is true")
+	}
+}

@@ -118,7 +118,9 @@ func (c *Cleaner) config() *netlink.Config {
 // programmed, drops (see Change). old nil means no table: every flow new
 // drops is revoked. When new drops marked connections (RevokedBit), an
 // entry is revoked by setting that bit in its mark and the marks of
-// flows new accepts are cleared; otherwise it is deleted.
+// flows new accepts from any link are cleared; otherwise it is deleted.
+// A hairpin new accepts only from its own link is deleted either way, for
+// the kernel to judge with its link (Change.ByLink).
 //
 // It reads nothing from the kernel when Change.Nothing, unless marks
 // outside what old drops may exist: old is not the new table of the
@@ -129,7 +131,6 @@ func (c *Cleaner) config() *netlink.Config {
 // failed update does not stop the others; the error names how many failed
 // and the first failure.
 func (c *Cleaner) Narrowed(old, new *nft.Table) (Stats, error) {
-	start := time.Now()
 	ch := NewChange(old, new)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -137,6 +138,33 @@ func (c *Cleaner) Narrowed(old, new *nft.Table) (Stats, error) {
 	// (it cleared the others), so a prefilter that finds no flow the next
 	// change concerns finds no mark to clear either. Otherwise, sweep.
 	sweep := ch.Revoked() != 0 && (old == nil || old != c.last)
+	return c.run(ch, new, sweep)
+}
+
+// Recheck judges every flow again by t, the table programmed all along
+// since an earlier call brought conntrack in line with it (see Recheck,
+// the Change): it revokes the flows t drops that are not marked revoked,
+// which got their permission back from someone else (Stats.Revived),
+// restores the marked flows t accepts, and deletes the entries of
+// hairpins t drops only from another link (Change.ByLink). Unmarked
+// hairpins are judged as coming in on their own link. The daemon calls it
+// at every drift check, so that a revoked connection revived by another
+// component's write to the conntrack mark is revoked again within one
+// period once nothing clears the mark any more. Its cost is that of a
+// Narrowed with no table before: a dump of every entry and a trace of
+// those to or from an isolated pod, unless t isolates nobody.
+func (c *Cleaner) Recheck(t *nft.Table) (Stats, error) {
+	ch := Recheck(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, err := c.run(ch, t, ch.Revoked() != 0)
+	st.Revived = st.Narrowed
+	return st, err
+}
+
+// run carries out a change to table new; mu is held.
+func (c *Cleaner) run(ch *Change, new *nft.Table, sweep bool) (Stats, error) {
+	start := time.Now()
 	if ch.Nothing() && !sweep {
 		c.last = new
 		return Stats{Total: time.Since(start)}, nil
@@ -185,7 +213,10 @@ func (c *Cleaner) narrowed(ch *Change, sweep bool) (Stats, error) {
 	st.Dump = time.Since(t0)
 
 	t0 = time.Now()
-	var doomed, restored []ctnl.Flow
+	// doomed are revoked (marked, or deleted without a revoke rule),
+	// handed deleted so that the kernel judges their next packet with its
+	// link (ByLink), restored have their mark cleared.
+	var doomed, handed, restored []ctnl.Flow
 	for i := range flows {
 		f := &flows[i]
 		if f.TupleMaster.IP.SourceAddress.IsValid() {
@@ -197,6 +228,8 @@ func (c *Cleaner) narrowed(ch *Change, sweep bool) (Stats, error) {
 			st.Local++
 			continue
 		}
+		// The reply tuple only tells the library the family (IPv6 needs both).
+		entry := ctnl.Flow{TupleOrig: f.TupleOrig, TupleReply: f.TupleReply, Zone: f.Zone}
 		if bit != 0 && f.Mark&bit != 0 {
 			// Revoked by an earlier change: it stays so while new drops
 			// it, and is given back as soon as new allows it (a widening),
@@ -207,7 +240,15 @@ func (c *Cleaner) narrowed(ch *Change, sweep bool) (Stats, error) {
 				return st, fmt.Errorf("conntrack: trace %s: %w", f.TupleOrig, err)
 			}
 			if allowed {
-				restored = append(restored, ctnl.Flow{TupleOrig: f.TupleOrig, TupleReply: f.TupleReply, Zone: f.Zone})
+				restored = append(restored, entry)
+				continue
+			}
+			byLink, err := ch.ByLink(flow)
+			if err != nil {
+				return st, fmt.Errorf("conntrack: trace %s: %w", f.TupleOrig, err)
+			}
+			if byLink {
+				handed = append(handed, entry)
 			}
 			continue
 		}
@@ -219,12 +260,20 @@ func (c *Cleaner) narrowed(ch *Change, sweep bool) (Stats, error) {
 		if err != nil {
 			return st, fmt.Errorf("conntrack: trace %s: %w", f.TupleOrig, err)
 		}
-		if narrowed {
-			// The reply tuple only tells the library the family (IPv6 needs both).
-			doomed = append(doomed, ctnl.Flow{TupleOrig: f.TupleOrig, TupleReply: f.TupleReply, Zone: f.Zone})
+		if !narrowed {
+			continue
+		}
+		st.Narrowed++
+		byLink, err := ch.ByLink(flow)
+		if err != nil {
+			return st, fmt.Errorf("conntrack: trace %s: %w", f.TupleOrig, err)
+		}
+		if byLink {
+			handed = append(handed, entry)
+		} else {
+			doomed = append(doomed, entry)
 		}
 	}
-	st.Narrowed = len(doomed)
 	st.Trace = time.Since(t0)
 
 	t0 = time.Now()
@@ -250,14 +299,63 @@ func (c *Cleaner) narrowed(ch *Change, sweep bool) (Stats, error) {
 			do(f, conn.Delete, &st.Deleted)
 		}
 	}
+	for _, f := range handed {
+		do(f, conn.Delete, &st.Hairpins)
+	}
+	st.Deleted += st.Hairpins
 	for _, f := range restored {
 		do(f, func(f ctnl.Flow) error { return c.setMark(f, bit, 0) }, &st.Restored)
 	}
 	st.Delete = time.Since(t0)
 	if failed > 0 {
-		return st, fmt.Errorf("conntrack: %d of %d updates failed, first %w", failed, len(doomed)+len(restored), first)
+		return st, fmt.Errorf("conntrack: %d of %d updates failed, first %w", failed, len(doomed)+len(handed)+len(restored), first)
 	}
 	return st, nil
+}
+
+// DeleteMarked deletes every conntrack entry whose mark carries bit, and
+// returns how many it deleted. It is for a daemon whose table drops no
+// revoked connection (--conntrack-cleanup=false) after one that did:
+// the entries an earlier run revoked would otherwise pass as established,
+// their mark meaning nothing any more. Deleted, their next packet is NEW
+// and judged by the table; a server that sends first starts its
+// connection anew, server to client, as any connection does once
+// conntrack has forgotten it (package documentation, # Revoking).
+func (c *Cleaner) DeleteMarked(bit uint32) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, errors.New("conntrack: cleaner closed")
+	}
+	c.last = nil // the marks are gone: a later Narrowed sweeps
+	if err := c.dial(); err != nil {
+		c.drop()
+		return 0, fmt.Errorf("conntrack: netlink: %w", err)
+	}
+	flows, err := c.ct.DumpFilter(ctnl.NewFilter().Mark(bit).MarkMask(bit), nil)
+	if err != nil {
+		c.drop()
+		return 0, fmt.Errorf("conntrack: dump: %w", err)
+	}
+	deleted, failed := 0, 0
+	var first error
+	for _, f := range flows {
+		switch err := c.ct.Delete(ctnl.Flow{TupleOrig: f.TupleOrig, TupleReply: f.TupleReply, Zone: f.Zone}); {
+		case err == nil:
+			deleted++
+		case errors.Is(err, unix.ENOENT): // gone since the dump
+		default:
+			failed++
+			if first == nil {
+				first = fmt.Errorf("%s: %w", f.TupleOrig, err)
+			}
+		}
+	}
+	if failed > 0 {
+		c.drop()
+		return deleted, fmt.Errorf("conntrack: %d of %d deletes failed, first %w", failed, len(flows), first)
+	}
+	return deleted, nil
 }
 
 // Attributes of ctnetlink (include/uapi/linux/netfilter/nfnetlink_conntrack.h).

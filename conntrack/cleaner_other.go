@@ -24,3 +24,9 @@ func (c *Cleaner) Close() error { return nil }
 
 // Narrowed fails off Linux.
 func (c *Cleaner) Narrowed(old, new *nft.Table) (Stats, error) { return Stats{}, ErrUnsupported }
+
+// Recheck fails off Linux.
+func (c *Cleaner) Recheck(t *nft.Table) (Stats, error) { return Stats{}, ErrUnsupported }
+
+// DeleteMarked fails off Linux.
+func (c *Cleaner) DeleteMarked(bit uint32) (int, error) { return 0, ErrUnsupported }

@@ -68,12 +68,36 @@
 // expected (they have a master tuple): their first packet was related, not
 // new, and the policy never judged it.
 //
-// A pod's connection to itself through a Service is exempt from its
-// policy only when it came in on the pod's own link, which a conntrack
-// entry does not record. When there is no table before (a start, or a
-// repair after the table was flushed or dormant, when anything could
-// start), such a flow is judged as if it came in elsewhere: a forged one
-// is cut, a genuine one is ended once and reconnects.
+// A pod's connection to itself through a Service (a hairpin) is exempt
+// from its policy only when it came in on the pod's own link, which a
+// conntrack entry does not record. When there is no table before (a
+// start, or a repair after the table was flushed or dormant, when anything
+// could start), such a flow is judged as if it came in elsewhere; if the
+// table accepts it only from its own link (Change.ByLink), its entry is
+// deleted, not marked: the kernel judges its next packet with the link it
+// came in on, so a genuine one goes on (or resets and reconnects if the
+// masquerade picks another port) and a forged one is dropped. Deleting a
+// hairpin leaves no gap from the server's end: its packets go to the
+// node's address or stay in the pod, never through the forward hook. A
+// mark never stands for a judgement that depends on the link: a marked
+// flow is restored only if the new table accepts it from any link, and a
+// marked hairpin accepted only from its own link is deleted likewise.
+// Restoring it because its own link is exempt let a hairpin forged while
+// no table was there come back at the next change.
+//
+// # Rechecking
+//
+// A change looks only at what it narrowed, so a revoked connection whose
+// mark someone else cleared (another table's `ct mark set meta mark`, the
+// connmark-save pattern, which runs before our chain; an entry made
+// through ctnetlink or by conntrackd) would pass for good. Cleaner.Recheck
+// judges every flow again by the table programmed all along, and revokes
+// the unmarked ones it drops (Stats.Revived); unmarked hairpins are judged
+// on their own link, as the kernel judged them under that table. The
+// daemon runs it at every drift check (--drift-check, 30 s), so a revived
+// flow is revoked again within one period plus one pass once nothing
+// clears its mark any more; while a rule clears it at every packet, no
+// mark can hold, and each check warns.
 //
 // # Cost
 //
@@ -87,6 +111,14 @@
 // (a hand-built one) is traced for every flow. Verdicts are cached per
 // (source, destination, protocol, port) within one call, and each table is
 // indexed once for tracing (nft.Tracer).
+//
+// A Recheck has no table before to narrow the prefilter by: it dumps
+// every entry and traces those to or from an isolated pod. At 10k entries:
+// about 105 ms when no entry touches an isolated pod (the dump), 320 ms
+// when every entry is traced and kept, 550 ms when every one is marked
+// again (go test -count=1 -run '^$' -bench BenchmarkKernelRecheck10k
+// -benchtime 20x ./conntrack/, same machine): under 1% of a core at the
+// daemon's 30 s period, syncs waiting for it at most that long.
 //
 // Otherwise a call dumps conntrack, which walks the kernel's whole hash
 // table, shared by every namespace of the host: about 5 ms with 262144
@@ -111,6 +143,8 @@
 //	c, err := conntrack.Open(netns) // the daemon's network namespace
 //	defer c.Close()
 //	stats, err := c.Narrowed(old, new) // after each successful write
+//	stats, err = c.Recheck(new)         // now and then, between writes
+//	n, err := c.DeleteMarked(bit)       // a table without the revoke rule, after one with it
 //
 // old is the table programmed before the write, nil when unknown (the
 // first write, or after a failure): every flow new drops is then revoked,

@@ -16,7 +16,8 @@ import (
 // deleted, so that their next packet is judged again), and the marks of
 // flows it allows again are cleared (see package conntrack). The table
 // must be compiled with Options.Revoke for a revoked flow to stay dead
-// whichever end sends.
+// whichever end sends. Run also judges every flow again at each drift
+// check (RecheckConntrack).
 // Call it before Run; the Syncer does not close c.
 func (s *Syncer) FollowConntrack(c *conntrack.Cleaner) {
 	s.syncMu.Lock()
@@ -92,8 +93,56 @@ func (s *Syncer) cleanConntrack(prev, table *nft.Table, wrote bool) error {
 	if st.Narrowed > 0 || st.Restored > 0 {
 		s.log.Info("conntrack follows the change: flows it no longer allows revoked, flows it allows again restored",
 			zap.Int("narrowed", st.Narrowed), zap.Int("revoked", st.Revoked), zap.Int("deleted", st.Deleted),
-			zap.Int("restored", st.Restored), zap.Int("gone", st.Gone),
+			zap.Int("restored", st.Restored), zap.Int("hairpins", st.Hairpins), zap.Int("gone", st.Gone),
 			zap.Int("dumped", st.Dumped), zap.Duration("took", st.Total))
+	}
+	return nil
+}
+
+// RecheckConntrack judges every established flow again by the table
+// programmed (conntrack.Cleaner.Recheck) and revokes those it drops. A
+// change revokes only the flows it narrowed, so a revoked connection whose
+// mark someone else cleared afterwards would otherwise pass for good:
+// another table writing the conntrack mark (`ct mark set meta mark`, the
+// connmark-save pattern, run before our chain) clears the revoked bit, and
+// the connection is established again. Run calls it at every drift check
+// that repaired nothing (a repair judges every flow already): a flow
+// revived so is revoked again within Timing.DriftCheck (30 s in the
+// daemon) plus one pass (0.1 s at 10k conntrack entries, 0.3 s when every
+// one is traced: BenchmarkKernelRecheck10k) once nothing clears its mark
+// any more. While a rule clears it at every
+// packet, no mark holds: each check finds the flow revived again and
+// warns, naming the likely cause, and `nftpolicy doctor` names the tables
+// that write the mark.
+//
+// It does nothing until conntrack was brought in line with the table
+// programmed (the sync or repair that failed to do so is retried, and
+// judges what it must). Run reports a failure as a failed drift check (not
+// ready until the sync it brings), and the next check tries again.
+func (s *Syncer) RecheckConntrack() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if s.cleaner == nil || last == nil || s.cleaned != last || s.stopped() != nil || s.takenOver() != nil {
+		return nil
+	}
+	st, err := s.cleaner.Recheck(last)
+	if err != nil {
+		return fmt.Errorf("conntrack recheck: %w", err)
+	}
+	fields := []zap.Field{zap.Int("revived", st.Revived), zap.Int("revoked", st.Revoked), zap.Int("deleted", st.Deleted),
+		zap.Int("restored", st.Restored), zap.Int("gone", st.Gone), zap.Int("dumped", st.Dumped), zap.Duration("took", st.Total)}
+	switch {
+	case st.Revived > 0:
+		s.log.Warn("established connections the policy denies were passing: their conntrack mark lost the revoked bit "+
+			"(another table writes the conntrack mark, e.g. `ct mark set meta mark`, or the entries were made around our table); revoked them again",
+			fields...)
+	case st.Deleted > 0 || st.Restored > 0:
+		s.log.Info("conntrack recheck: flows judged again by the table", fields...)
+	default:
+		s.log.Debug("conntrack recheck", fields...)
 	}
 	return nil
 }
