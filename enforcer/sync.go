@@ -573,7 +573,12 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 	// failed sync, which writes the whole table if the repair left it
 	// unknown.
 	checkDrift := func() {
-		_, err := s.CheckDrift()
+		repaired, err := s.CheckDrift()
+		if err == nil && !repaired {
+			// A repair judged every flow; otherwise judge them again, so
+			// that a revoked flow revived meanwhile is revoked again.
+			err = s.RecheckConntrack()
+		}
 		if err == nil {
 			return
 		}
