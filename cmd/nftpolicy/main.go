@@ -152,7 +152,8 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	mask := fs.String("mark-mask", fmt.Sprintf("0x%08x", enforcer.DefaultMarkMask), "packet-mark bits nftpolicy may use")
 	fs.BoolVar(&cfg.allowMarkOverlap, "allow-mark-overlap", false, "accept a --mark-mask that overlaps bits of a known component")
 	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // dump and doctor compile the table as run and apply write it
-		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, revoke the established flows the new ruleset no longer allows (a conntrack mark its base chain drops), so they stop at their next packet, whichever end sends it")
+		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, revoke the established flows the new ruleset no longer allows (a conntrack mark its base chain drops), so they stop at their next packet, whichever end sends it; run also judges every flow again at each --drift-check. "+
+			"false: established flows outlive the changes that deny them, and at start the entries an earlier run revoked are deleted, so that their next packet is judged as a new connection (one the server sends first is judged server to client)")
 	}
 	if cmd == "run" || cmd == "apply" {
 		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready until this one is gone, then takes the table back (after apply, at once)")
@@ -560,6 +561,10 @@ func apply(cfg *config, log *zap.Logger) error {
 		// either way: a failure is part of the exit-3 summary, not exit 1
 		// ("nothing programmed").
 		cleanErr = cleanConntrack(cfg.netns, table, log)
+	} else {
+		// After the write, not before: a refused one must leave a running
+		// daemon's revoked connections as they are.
+		forgetRevoked(cfg, log)
 	}
 	log.Info("programmed table", zap.String("table", "inet "+table.Name), zap.Int32("priority", opts.Priority),
 		zap.Int("messages", batch.Messages), zap.Duration("apply", time.Since(start)))
@@ -625,6 +630,10 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		}
 		defer cl.Close()
 		s.FollowConntrack(cl)
+	} else {
+		// Before our first write, while the table an earlier run left still
+		// drops them: no moment in which they pass.
+		forgetRevoked(cfg, log)
 	}
 	src := &sourceState{}
 
@@ -1040,4 +1049,28 @@ func cleanConntrack(netns string, table *nft.Table, log *zap.Logger) error {
 			zap.Int("restored", st.Restored), zap.Duration("took", st.Total))
 	}
 	return nil
+}
+
+// forgetRevoked deletes the conntrack entries carrying the revoked bit of
+// --mark-mask (enforcer.RevokedBit), for a table without the rule that
+// drops them (--conntrack-cleanup=false): an earlier run revoked them, and
+// they would pass as established. Their next packet is judged as new. It
+// only logs a failure: conntrack may be out of reach, which is one reason
+// to turn the cleanup off.
+func forgetRevoked(cfg *config, log *zap.Logger) {
+	bit := enforcer.RevokedBit(cfg.markMask)
+	cl, err := conntrack.Open(cfg.netns)
+	if err == nil {
+		defer cl.Close()
+		var n int
+		if n, err = cl.DeleteMarked(bit); err == nil {
+			if n > 0 {
+				log.Info("--conntrack-cleanup=false: deleted the conntrack entries an earlier run revoked; their next packet is judged as new",
+					zap.Int("deleted", n))
+			}
+			return
+		}
+	}
+	log.Error("--conntrack-cleanup=false: cannot delete the conntrack entries an earlier run revoked; they pass as established until they end",
+		zap.String("bit", fmt.Sprintf("0x%08x", bit)), zap.Error(err))
 }
