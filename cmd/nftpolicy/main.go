@@ -21,8 +21,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
 
 	"github.com/nftpolicy/nftpolicy/conntrack"
 	"github.com/nftpolicy/nftpolicy/enforcer"
@@ -53,6 +55,10 @@ type config struct {
 	podCIDRs         []netip.Prefix
 	table            string
 	logLevel         zapcore.Level
+	logFormat        string
+	metricsAddr      string
+	metricsGiven     bool // --metrics-addr given: failing to listen is an error
+	counters         bool // --connection-counters
 	healthAddr       string
 	poll             time.Duration
 	debounce         time.Duration
@@ -102,8 +108,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nftpolicy %s: %v\n", cmd, err)
 		return 2
 	}
-	log := newLogger(stderr, cfg.logLevel)
+	log := newLogger(stderr, cfg.logLevel, cfg.logFormat)
 	defer log.Sync()
+	// client-go logs through klog: into our logger, so every line has one
+	// format. klog's verbosity V(n) is zap level -n, below Debug: dropped.
+	klog.SetLogger(zapr.NewLogger(log))
 
 	switch cmd {
 	case "dump":
@@ -134,12 +143,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
-	cfg := &config{table: enforcer.DefaultTable, logLevel: zapcore.InfoLevel}
+	cfg := &config{table: enforcer.DefaultTable, logLevel: zapcore.InfoLevel, logFormat: "console"}
 	fs := flag.NewFlagSet("nftpolicy "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.netns, "netns", "", "network namespace to program: a name under /run/netns or a path (default: the current one); entering it (setns) needs CAP_SYS_ADMIN besides CAP_NET_ADMIN")
 	fs.Func("log-level", "debug, info, warn or error; debug logs the rendered ruleset of every sync", func(s string) error {
 		return cfg.logLevel.Set(s)
+	})
+	fs.Func("log-format", "console (tab-separated, the default) or json (one object a line)", func(s string) error {
+		if s != "console" && s != "json" {
+			return fmt.Errorf("want console or json")
+		}
+		cfg.logFormat = s
+		return nil
 	})
 	if cmd == "cleanup" {
 		fs.BoolVar(&cfg.force, "force", false, "delete the table even while a running nftpolicy owns it (it writes the table again at once: stop it first)")
@@ -154,6 +170,9 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // dump and doctor compile the table as run and apply write it
 		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, revoke the established flows the new ruleset no longer allows (a conntrack mark its base chain drops), so they stop at their next packet, whichever end sends it; run also judges every flow again at each --drift-check. "+
 			"false: established flows outlive the changes that deny them, and at start the entries an earlier run revoked are deleted, so that their next packet is judged as a new connection (one the server sends first is judged server to client)")
+	}
+	if cmd == "run" || cmd == "apply" || cmd == "dump" {
+		fs.BoolVar(&cfg.counters, "connection-counters", true, "count, in a rule counter of the kernel, the connections each policy allows and each isolated pod is denied (run serves them as metrics)")
 	}
 	if cmd == "run" || cmd == "apply" {
 		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready until this one is gone, then takes the table back (after apply, at once)")
@@ -182,6 +201,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	}
 	if cmd == "run" {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
+		fs.StringVar(&cfg.metricsAddr, "metrics-addr", defaultMetricsAddr, "serve Prometheus metrics at /metrics on this address (empty: not at all)")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how often to check the manifests directory for changes")
 		fs.DurationVar(&cfg.debounce, "debounce", 100*time.Millisecond, "wait this long after a change for more before syncing")
 		fs.DurationVar(&cfg.maxDelay, "max-delay", time.Second, "sync at most this long after the first change of a burst")
@@ -190,6 +210,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.metricsGiven = cfg.metricsGiven || f.Name == "metrics-addr" })
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -288,16 +309,21 @@ func (c *config) checkDurations() error {
 	return nil
 }
 
-func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
+func newLogger(w io.Writer, level zapcore.Level, format string) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), level)
+	encoder := zapcore.NewConsoleEncoder(enc)
+	if format == "json" {
+		encoder = zapcore.NewJSONEncoder(enc)
+	}
+	core := zapcore.NewCore(encoder, zapcore.AddSync(w), level)
 	return zap.New(core)
 }
 
 func (c *config) options() enforcer.Options {
 	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, TakeOver: c.takeOver, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs,
-		Revoke: c.conntrackCleanup} // the cleanup marks what the table then drops
+		Revoke:   c.conntrackCleanup, // the cleanup marks what the table then drops
+		Counters: c.counters}
 }
 
 // load reads the manifests, or lists the API server, logging every object
@@ -636,6 +662,14 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		forgetRevoked(cfg, log)
 	}
 	src := &sourceState{}
+
+	if cfg.metricsAddr != "" {
+		stop, err := serveMetrics(cfg.metricsAddr, cfg.metricsGiven, newMetrics(s, cfg.counters, log), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	if cfg.healthAddr != "" {
 		ln, err := net.Listen("tcp", cfg.healthAddr)
