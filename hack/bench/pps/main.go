@@ -8,7 +8,9 @@
 //   - none: no table on the forward hook;
 //   - conntrack-only: one chain `ct state established,related accept`;
 //   - nftpolicy with 10, 1k and 10k policies, the receiver isolated by a
-//     policy allowing the flow.
+//     policy allowing the flow;
+//   - the same with connection counters (enforcer.Options.Counters): the
+//     rule that allows the flow counts every packet, as each is NEW.
 //
 // Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2]
 package main
@@ -23,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -129,9 +132,9 @@ func run() int {
 		n.Exec("nft", "delete", "table", "inet", "ctonly")
 		return nil
 	}
-	withPolicies := func(namespaces, policiesPerNS int) func() error {
+	withPolicies := func(namespaces, policiesPerNS int, counters bool) func() error {
 		snap := benchSnapshot(src, dst, namespaces, policiesPerNS)
-		table, problems := enforcer.Compile(snap, enforcer.Options{Node: node, Priority: enforcer.DefaultPriority})
+		table, problems := enforcer.Compile(snap, enforcer.Options{Node: node, Priority: enforcer.DefaultPriority, Counters: counters})
 		if len(problems) > 0 {
 			fmt.Fprintln(os.Stderr, "compile:", problems)
 		}
@@ -155,9 +158,12 @@ func run() int {
 			}
 			return nil
 		}},
-		{"nftpolicy 10 policies", withPolicies(1, 10)},
-		{"nftpolicy 1k policies", withPolicies(100, 10)},
-		{"nftpolicy 10k policies", withPolicies(100, 100)},
+		{"nftpolicy 10 policies", withPolicies(1, 10, false)},
+		{"10 policies +counters", withPolicies(1, 10, true)},
+		{"nftpolicy 1k policies", withPolicies(100, 10, false)},
+		{"1k policies +counters", withPolicies(100, 10, true)},
+		{"nftpolicy 10k policies", withPolicies(100, 100, false)},
+		{"10k policies +counters", withPolicies(100, 100, true)},
 	}
 
 	pps := map[string][]float64{}
@@ -188,6 +194,21 @@ func run() int {
 	for _, v := range variants {
 		m := median(pps[v.name])
 		fmt.Printf("%-24s %12.0f %11.3fx %16.0f\n", v.name, m, m/base, 1e9/m-1e9/base)
+	}
+	// Counters against the same table without them, round by round: the
+	// two ran seconds apart, so the ratio is less noisy than the medians'.
+	fmt.Printf("\n%-24s %12s %16s\n", "counters", "pps ratio", "cost per packet")
+	for i, v := range variants {
+		if !strings.HasSuffix(v.name, "+counters") {
+			continue
+		}
+		with, without := pps[v.name], pps[variants[i-1].name]
+		ratios := make([]float64, len(with))
+		for r := range with {
+			ratios[r] = with[r] / without[r]
+		}
+		m := median(ratios)
+		fmt.Printf("%-24s %11.3fx %15.1f%%\n", v.name, m, (1/m-1)*100)
 	}
 	return 0
 }
