@@ -171,7 +171,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		fs.BoolVar(&cfg.conntrackCleanup, "conntrack-cleanup", true, "after a change, revoke the established flows the new ruleset no longer allows (a conntrack mark its base chain drops), so they stop at their next packet, whichever end sends it; run also judges every flow again at each --drift-check. "+
 			"false: established flows outlive the changes that deny them, and at start the entries an earlier run revoked are deleted, so that their next packet is judged as a new connection (one the server sends first is judged server to client)")
 	}
-	if cmd == "run" || cmd == "apply" || cmd == "dump" {
+	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // doctor compares with the table as run writes it
 		fs.BoolVar(&cfg.counters, "connection-counters", true, "count, in a rule counter of the kernel, the connections each policy allows and each isolated pod is denied (run serves them as metrics)")
 	}
 	if cmd == "run" || cmd == "apply" {
