@@ -7,6 +7,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Encoding the model as google/nftables values: chains' hooks, set key
@@ -281,6 +282,12 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
 					Mask: binaryutil.NativeEndian.PutUint32(e.Bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(e.Bits)})
+		case MarkBitsClear:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+					Mask: binaryutil.NativeEndian.PutUint32(e.Bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.NativeEndian.PutUint32(0)})
 		case CtMarkBitsSet:
 			// As nft 1.0.6 writes `ct mark & 0x4 == 0x4` (nft --debug netlink).
 			out = append(out,
@@ -297,6 +304,20 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 		case Counter:
 			// As nft writes `counter`: both values, zero.
 			out = append(out, &expr.Counter{})
+		case Limit:
+			// As nft 1.0.6 writes `limit rate 20/second burst 40 packets`
+			// (nft --debug netlink): rate, unit in seconds, burst, type
+			// packets, flags 0 (not inverted).
+			out = append(out, &expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(e.Rate), Unit: expr.LimitTimeSecond, Burst: e.Burst})
+		case Log:
+			// As nft writes `log prefix "..." group 100`: the group and the
+			// prefix (NUL-terminated) only; no snaplen or queue threshold,
+			// which the kernel then leaves at their defaults.
+			key := uint32(1 << unix.NFTA_LOG_GROUP)
+			if e.Prefix != "" {
+				key |= 1 << unix.NFTA_LOG_PREFIX
+			}
+			out = append(out, &expr.Log{Key: key, Group: e.Group, Data: []byte(e.Prefix)})
 		case Verdict:
 			kind, err := verdictKind(e.Kind)
 			if err != nil {

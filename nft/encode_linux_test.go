@@ -274,6 +274,34 @@ func debugExpr(name string, a map[uint16][]byte) (string, error) {
 			s += " present"
 		}
 		return s + fmt.Sprintf(" => reg %d", u32(a[unix.NFTA_FIB_DREG])), nil
+	case "counter":
+		return fmt.Sprintf("counter pkts %d bytes %d", u64(a[unix.NFTA_COUNTER_PACKETS]), u64(a[unix.NFTA_COUNTER_BYTES])), nil
+	case "limit":
+		units := map[uint64]string{1: "second", 60: "minute", 3600: "hour", 86400: "day"}
+		types := map[uint32]string{unix.NFT_LIMIT_PKTS: "packets", unix.NFT_LIMIT_PKT_BYTES: "bytes"}
+		unit, ok := units[u64(a[unix.NFTA_LIMIT_UNIT])]
+		if !ok {
+			return "", fmt.Errorf("limit unit %d", u64(a[unix.NFTA_LIMIT_UNIT]))
+		}
+		return fmt.Sprintf("limit rate %d/%s burst %d type %s flags 0x%x", u64(a[unix.NFTA_LIMIT_RATE]), unit,
+			u32(a[unix.NFTA_LIMIT_BURST]), known(types, a[unix.NFTA_LIMIT_TYPE]), u32(a[unix.NFTA_LIMIT_FLAGS])), nil
+	case "log":
+		if _, ok := a[unix.NFTA_LOG_GROUP]; !ok {
+			return "", fmt.Errorf("log without a group")
+		}
+		var s string
+		if p, ok := a[unix.NFTA_LOG_PREFIX]; ok {
+			s = "prefix " + str(p) + " "
+		}
+		var snaplen uint32
+		var qthreshold uint16
+		if v, ok := a[unix.NFTA_LOG_SNAPLEN]; ok {
+			snaplen = u32(v)
+		}
+		if v, ok := a[unix.NFTA_LOG_QTHRESHOLD]; ok {
+			qthreshold = binary.BigEndian.Uint16(v)
+		}
+		return fmt.Sprintf("log %sgroup %d snaplen %d qthreshold %d", s, binary.BigEndian.Uint16(a[unix.NFTA_LOG_GROUP]), snaplen, qthreshold), nil
 	case "immediate":
 		v, err := verdictText(a[unix.NFTA_IMMEDIATE_DATA])
 		if err != nil {

@@ -156,6 +156,10 @@ type ICMPv6TypeRange struct{ First, Last uint8 }
 // `meta mark & 0x00000040 == 0x00000040`.
 type MarkBitsSet struct{ Bits uint32 }
 
+// MarkBitsClear matches when none of Bits is set in the packet mark:
+// `meta mark & 0x00000040 == 0x00000000`.
+type MarkBitsClear struct{ Bits uint32 }
+
 // CtMarkBitsSet matches when all of Bits are set in the conntrack mark of
 // the packet's connection: `ct mark & 0x00000004 == 0x00000004`. A packet
 // without a conntrack entry (untracked, invalid) never matches.
@@ -171,6 +175,24 @@ type SetMark struct{ Clear, Set uint32 }
 // values (`counter packets 3 bytes 180`); Conn.RuleCounters reads them, and
 // Drift ignores them: a count is no content.
 type Counter struct{}
+
+// Limit lets Rate packets a second through, with bursts of up to Burst,
+// counted over every packet that reaches it in the rule: `limit rate
+// 20/second burst 40 packets`. A packet over the limit ends the rule
+// there, as a failed match does, and goes on to the next rule: so a limit
+// belongs in a rule of its own (before a log, say), never in one whose
+// verdict every matching packet must get. Its state (the tokens left) is
+// the kernel's, no content, like a counter's values.
+type Limit struct{ Rate, Burst uint32 }
+
+// Log hands the packet to the nflog group Group, with Prefix, for the
+// reader bound to that group (nfnetlink_log; see package flowlog): `log
+// prefix "..." group 100`. It matches every packet. The kernel keeps at
+// most 127 bytes of a prefix (NF_LOG_PREFIXLEN).
+type Log struct {
+	Group  uint16
+	Prefix string
+}
 
 // Verdict ends evaluation of the rule: `accept`, `drop`, `return`,
 // `jump chain` or `goto chain`.
@@ -202,9 +224,12 @@ func (DportRange) isExpr()                {}
 func (AddrProtoPortInSet) isExpr()        {}
 func (ICMPv6TypeRange) isExpr()           {}
 func (MarkBitsSet) isExpr()               {}
+func (MarkBitsClear) isExpr()             {}
 func (CtMarkBitsSet) isExpr()             {}
 func (SetMark) isExpr()                   {}
 func (Counter) isExpr()                   {}
+func (Limit) isExpr()                     {}
+func (Log) isExpr()                       {}
 func (Verdict) isExpr()                   {}
 
 // A Proto is an IP protocol number as matched by `meta l4proto`.

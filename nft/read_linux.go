@@ -389,6 +389,10 @@ var (
 		// A counter's values are what it counted, not what the rule
 		// says (RuleCounters reads them).
 		"counter": {keep: func(uint16, []byte) bool { return false }},
+		// A limit's rate, unit, burst, type and flags are content (the
+		// kernel dumps all five, sent or not); the padding some
+		// architectures put before a 64-bit value is not.
+		"limit": {keep: func(typ uint16, _ []byte) bool { return typ != unix.NFTA_LIMIT_PAD }},
 	}
 	// element: a set element (the attributes of an NFTA_LIST_ELEM): its
 	// key, key end, data and flags, and anything else the kernel holds for

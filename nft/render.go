@@ -166,6 +166,8 @@ func renderExpr(e Expr) string {
 		return fmt.Sprintf("icmpv6 type %d-%d", e.First, e.Last)
 	case MarkBitsSet:
 		return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", e.Bits, e.Bits)
+	case MarkBitsClear:
+		return fmt.Sprintf("meta mark & 0x%08x == 0x00000000", e.Bits)
 	case CtMarkBitsSet:
 		return fmt.Sprintf("ct mark & 0x%08x == 0x%08x", e.Bits, e.Bits)
 	case SetMark:
@@ -175,6 +177,17 @@ func renderExpr(e Expr) string {
 		return fmt.Sprintf("meta mark set meta mark & 0x%08x | 0x%08x", ^(e.Clear | e.Set), e.Set)
 	case Counter:
 		return "counter"
+	case Limit:
+		// As nft lists it: a burst of 5, its default, goes unsaid.
+		if e.Burst == 5 {
+			return fmt.Sprintf("limit rate %d/second", e.Rate)
+		}
+		return fmt.Sprintf("limit rate %d/second burst %d packets", e.Rate, e.Burst)
+	case Log:
+		if e.Prefix == "" {
+			return fmt.Sprintf("log group %d", e.Group)
+		}
+		return fmt.Sprintf("log prefix %q group %d", e.Prefix, e.Group)
 	case Verdict:
 		return renderVerdict(e)
 	}

@@ -41,6 +41,8 @@ func sampleTable() *Table {
 				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, ReversePath{}, CtStatusDNAT{}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{Verdict{Kind: Jump, Chain: "np-x/allow"}}},
 				{Exprs: []Expr{MarkBitsSet{Bits: 0x40}, SetMark{Clear: 0x40}, Verdict{Kind: Return}}},
+				{Exprs: []Expr{Limit{Rate: 20, Burst: 40}, Log{Group: 100, Prefix: "nftpolicy:deny:1a2b3c4d"}}},
+				{Exprs: []Expr{Limit{Rate: 1, Burst: 5}, Log{Group: 7}}},
 				{Exprs: []Expr{Verdict{Kind: Drop}}, Comment: "x/a: no policy allows"},
 			}},
 			{Name: "np-x/allow", Rules: []Rule{
@@ -50,6 +52,8 @@ func sampleTable() *Table {
 				{Exprs: []Expr{AddrProtoPortInSet{Family: IPv4, Field: Daddr, Set: "np-v4"}, SetMark{Clear: 0x40, Set: 0x40}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{AddrProtoPortInSet{Family: IPv6, Field: Daddr, Set: "np-v6"}, Verdict{Kind: Return}}},
 				{Exprs: []Expr{L4ProtoEq{ProtoUDP}, Verdict{Kind: Return}}},
+				{Exprs: []Expr{MarkBitsClear{Bits: 0x40}, AddrInSet{Family: IPv4, Field: Saddr, Set: "peers-v4"}, L4ProtoEq{ProtoTCP}, DportRange{80, 80},
+					Limit{Rate: 20, Burst: 40}, Log{Group: 100, Prefix: "nftpolicy:allow:1a2b3c4d:0"}}},
 			}},
 			{Name: "leaf"},
 		},

@@ -98,6 +98,8 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			p.Mark = p.Mark&^(e.Clear|e.Set) | e.Set
 		case Counter:
 			// Counts; the packet goes on.
+		case Log:
+			// Logs; the packet goes on.
 		case Verdict:
 			tr.path = append(tr.path, c.Name+": "+RenderRule(r))
 			return tr.verdict(c, e, depth)
@@ -134,8 +136,15 @@ func (tr *tracer) match(e Expr) (ok, isMatch bool) {
 		return FamilyOf(p.Src) == IPv6 && p.Proto == ProtoICMPv6 && p.ICMPType >= e.First && p.ICMPType <= e.Last, true
 	case MarkBitsSet:
 		return p.Mark&e.Bits == e.Bits, true
+	case MarkBitsClear:
+		return p.Mark&e.Bits == 0, true
 	case CtMarkBitsSet:
 		return p.CtMark&e.Bits == e.Bits, true
+	case Limit:
+		// The tracer judges one packet, within any limit: what a limit
+		// decides is whether a log statement after it runs, never a
+		// verdict (see Limit).
+		return true, true
 	}
 	return false, false
 }

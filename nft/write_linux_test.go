@@ -62,7 +62,7 @@ func TestKernelApplyReplacesAtomically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.Chains["pod-x/a"]; len(got) != 6 || got[5] != "x/a: no policy allows" {
+	if got := st.Chains["pod-x/a"]; len(got) != 8 || got[7] != "x/a: no policy allows" {
 		t.Errorf("ReadTable chain pod-x/a comments = %q", got)
 	}
 	if got := st.Sets["np-v4"]; got != 1 {
