@@ -40,9 +40,9 @@ func synced(s *Syncer, n uint64) func() bool {
 	return func() bool { gen, err := s.Status(); return gen >= n && err == nil }
 }
 
-// A burst of updates is one sync, of its last snapshot. Both bounds of a
-// burst end it: MaxDelay while Debounce is far away, and Debounce after
-// the last update while MaxDelay is.
+// A burst of updates queued before Run looks is one sync, of its last
+// snapshot: the sync after a quiet period starts at once, and drains what
+// has queued first.
 func TestRunCoalescesABurst(t *testing.T) {
 	for _, timing := range []Timing{
 		{Debounce: time.Hour, MaxDelay: 100 * time.Millisecond, Retry: time.Hour},
@@ -59,6 +59,31 @@ func TestRunCoalescesABurst(t *testing.T) {
 			t.Errorf("%+v: %d syncs, %d batches for a burst of 3; want 1, 1", timing, gen, f.Batches())
 		}
 		holds(t, s, f, fakeSnapC)
+	}
+}
+
+// The leading edge: a change after a quiet period is synced at once, with
+// no debounce to wait out (an hour here); changes within the window after
+// a sync are merged into one sync when the window ends, of the newest.
+func TestRunSyncsAtOnceAfterQuietAndMergesAfterASync(t *testing.T) {
+	s, f := newFakeSyncer(t)
+	updates := make(chan *k8s.Snapshot)
+	startRun(t, s, updates, Timing{Debounce: time.Hour, MaxDelay: time.Hour, Retry: time.Hour})
+	updates <- fakeSnapA
+	eventually(t, "the first change synced at once", synced(s, 1))
+	holds(t, s, f, fakeSnapA)
+
+	s2, f2 := newFakeSyncer(t)
+	updates2 := make(chan *k8s.Snapshot)
+	startRun(t, s2, updates2, Timing{Debounce: time.Second, MaxDelay: time.Hour, Retry: time.Hour})
+	updates2 <- fakeSnapA
+	eventually(t, "the first change synced at once", synced(s2, 1))
+	updates2 <- fakeSnapB // within the second after the sync: wait for its end,
+	updates2 <- fakeSnapC // merged with this one
+	eventually(t, "the merged sync", synced(s2, 2))
+	holds(t, s2, f2, fakeSnapC)
+	if n := f2.Batches(); n != 2 {
+		t.Errorf("%d batches for a change and a burst of two after it; want 2", n)
 	}
 }
 

@@ -475,10 +475,12 @@ func (s *Syncer) StopWatchingCommits() {
 
 // Timing configures Run.
 type Timing struct {
-	// Debounce is how long Run waits after a change for more changes.
+	// Debounce is the window after a sync in which changes are merged
+	// into the next one, which starts when the window ends. A change
+	// after a quiet period (no sync for Debounce) is synced at once.
 	Debounce time.Duration
-	// MaxDelay bounds the wait from the first change of a burst to its sync,
-	// however long the burst goes on.
+	// MaxDelay bounds the wait from the first change of a burst to its
+	// sync, however long the burst goes on.
 	MaxDelay time.Duration
 	// Retry is the wait before a failed sync is tried again; it doubles
 	// with each failure in a row, up to maxRetryFactor times Retry.
@@ -511,8 +513,10 @@ func retryAfter(retry time.Duration, n int) time.Duration {
 // that took the table still runs.
 const netnsCheck = time.Second
 
-// Run syncs every snapshot that arrives on updates until ctx ends. A burst of
-// updates is coalesced into its last snapshot (see Timing); a failed sync is
+// Run syncs every snapshot that arrives on updates until ctx ends: one
+// after a quiet period at once, a burst merged into its last snapshot one
+// window at a time (see Timing). Run is the one place changes are
+// coalesced: sources send a snapshot per change. A failed sync is
 // retried with the newest snapshot, with backoff. Run returns nil when ctx
 // is done and leaves the table programmed. It returns an error wrapping
 // ErrOwned if, before this Syncer ever wrote the table, another running
@@ -533,8 +537,31 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 		deadline time.Time     // of the current burst
 		forward  <-chan struct{}
 	)
+	// The one coalescing stage between a change and the kernel. A change
+	// after a quiet period is synced at once (the leading edge: the window
+	// of exposure is the cost of the work, not of a timer). One that comes
+	// within Debounce of the end of the last sync waits for the end of
+	// that window, merged with every change that comes meanwhile, and
+	// never longer than MaxDelay after the first of them: a burst (a
+	// rollout) is written as one batch per window, not one per change.
+	// While a sync is due, Run does not take snapshots: sources block on
+	// their send and build the next snapshot only when Run takes one, so
+	// a burst costs a source one snapshot per window, not one per change.
+	// At the sync, Run drains what is waiting, so it takes the newest.
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var fireAt time.Time // when timer fires; zero while it is stopped
+	var lastSync time.Time
+	setTimer := func(d time.Duration) {
+		fireAt = time.Now().Add(d)
+		timer.Reset(d)
+	}
+	// syncBy brings the timer forward to at, never later.
+	syncBy := func(at time.Time) {
+		if fireAt.IsZero() || at.Before(fireAt) {
+			setTimer(max(time.Until(at), 0))
+		}
+	}
 	// A commit by someone else to our table (see nft.Monitor.Foreign: `nft
 	// flush ruleset`, `flags dormant`) brings the drift check forward to
 	// one debounce after it, rather than the next tick: a burst of such
@@ -563,7 +590,7 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			pending = synced
 		}
 		if pending != nil {
-			timer.Reset(0)
+			setTimer(0)
 		}
 		return true
 	}
@@ -592,10 +619,14 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			pending, deadline = synced, time.Now()
 		}
 		if pending != nil {
-			timer.Reset(wait)
+			setTimer(wait)
 		}
 	}
 	for {
+		in := updates
+		if !fireAt.IsZero() {
+			in = nil // a sync is due: see above
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -611,22 +642,41 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			}
 			s.log.Info("another process committed to our table; checking it for drift now")
 			checkDrift()
-		case snap := <-updates:
+		case snap, ok := <-in:
+			if !ok {
+				updates = nil // the source ended: nothing more comes
+				continue
+			}
 			now := time.Now()
 			if pending == nil {
 				deadline = now.Add(t.MaxDelay)
 			}
 			pending = snap
-			wait := t.Debounce
-			if t.MaxDelay > 0 && now.Add(wait).After(deadline) {
-				wait = max(deadline.Sub(now), 0)
+			at := lastSync.Add(t.Debounce) // in the past after a quiet period
+			if t.MaxDelay > 0 && at.After(deadline) {
+				at = deadline
 			}
-			timer.Reset(wait)
+			syncBy(at)
 		case <-timer.C:
+			fireAt = time.Time{}
 			if pending == nil || s.stopped() != nil {
 				continue // a stopped Syncer logged why once
 			}
+		drain:
+			for {
+				select {
+				case snap, ok := <-updates:
+					if !ok {
+						updates = nil // the source ended: nothing more comes
+						break drain
+					}
+					pending = snap
+				default:
+					break drain
+				}
+			}
 			_, err := s.Sync(pending)
+			lastSync = time.Now()
 			switch {
 			case errors.Is(err, ErrOwned):
 				// Only before our record was ever written: another daemon
@@ -640,7 +690,7 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 				failures++
 				wait := retryAfter(t.Retry, failures)
 				s.log.Error("sync failed; the previous table stays programmed", zap.Error(err), zap.Duration("retry", wait))
-				timer.Reset(wait)
+				setTimer(wait)
 				continue
 			}
 			failures = 0
@@ -669,13 +719,13 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 					pending, deadline = synced, time.Now()
 				}
 				if pending != nil {
-					timer.Reset(0)
+					setTimer(0)
 				}
 				continue
 			}
 			if moved && pending == nil {
 				pending, deadline = synced, time.Now()
-				timer.Reset(0)
+				setTimer(0)
 			}
 		case <-drift:
 			if s.stopped() != nil || retake() {

@@ -190,8 +190,9 @@
 // Objects are trimmed on arrival to the fields the compiler reads and run
 // through Admit, the same defaulting and validation as the manifests source;
 // objects Admit rejects are logged and left out. Watch sends a snapshot
-// built from the caches now and once per burst of changes (DefaultCoalesce
-// after its first event); updates that change nothing the compiler reads,
+// built from the caches now and after changes, one whenever the previous
+// one was taken (the Syncer coalesces, nothing here waits); updates that
+// change nothing the compiler reads,
 // such as pod conditions or node heartbeats, send nothing. While the API
 // server is away the caches, and so the snapshots, keep the last state;
 // client-go relists on reconnect and the caches replace, never duplicate.

@@ -25,11 +25,6 @@ import (
 	"k8s.io/client-go/util/watchlist"
 )
 
-// DefaultCoalesce is how long an Informers waits after the first change of a
-// burst before it builds a Snapshot: long enough that a rollout of many pods
-// costs one Snapshot, short against the time a pod takes to start.
-const DefaultCoalesce = 50 * time.Millisecond
-
 // An Informers follows the API server through client-go shared informers on
 // Pods, Namespaces, NetworkPolicies and Nodes, and builds Snapshots from
 // their caches.
@@ -43,11 +38,10 @@ const DefaultCoalesce = 50 * time.Millisecond
 // Health says whether the caches follow the API server: see Health and
 // the link type for how a failing and a recovered connection are told.
 type Informers struct {
-	log      *zap.Logger
-	server   string                      // the API server's URL, for messages
-	infs     []cache.SharedIndexInformer // namespaces, pods, nodes, policies
-	changed  chan struct{}               // capacity 1: "something changed since the last Snapshot"
-	coalesce time.Duration
+	log     *zap.Logger
+	server  string                      // the API server's URL, for messages
+	infs    []cache.SharedIndexInformer // namespaces, pods, nodes, policies
+	changed chan struct{}               // capacity 1: "something changed since the last Snapshot"
 
 	mu      sync.Mutex
 	invalid map[types.UID]bool // objects the API server accepted but Admit rejects
@@ -57,9 +51,6 @@ type Informers struct {
 
 // InformerOptions configures NewInformers.
 type InformerOptions struct {
-	// Coalesce is how long to wait after a change for more before building
-	// a Snapshot; DefaultCoalesce when zero.
-	Coalesce time.Duration
 	// Resync, when not zero, replays every cached object to the handlers
 	// at that period. Not needed for correctness (the watch delivers every
 	// change); zero disables it.
@@ -75,9 +66,6 @@ type InformerOptions struct {
 // NewInformers sets up the informers on client. Nothing is listed or
 // watched until Start.
 func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers {
-	if opts.Coalesce <= 0 {
-		opts.Coalesce = DefaultCoalesce
-	}
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
@@ -85,11 +73,10 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		opts.Server = serverOf(client)
 	}
 	in := &Informers{
-		log:      opts.Log,
-		server:   opts.Server,
-		changed:  make(chan struct{}, 1),
-		coalesce: opts.Coalesce,
-		invalid:  map[types.UID]bool{},
+		log:     opts.Log,
+		server:  opts.Server,
+		changed: make(chan struct{}, 1),
+		invalid: map[types.UID]bool{},
 	}
 	in.health.changed = make(chan struct{})
 	// Each informer lists and watches through a link, which tells Health
@@ -207,12 +194,15 @@ func (in *Informers) Snapshot() *Snapshot {
 	return snap
 }
 
-// Watch sends a Snapshot now and another after every burst of changes, at
-// most one per coalesce interval, until ctx ends; then it closes the
-// channel. Call it after Start. A receiver that is slow misses nothing: the
-// next Snapshot it gets is built after every change it has not seen.
+// Watch sends a Snapshot now and another after changes, until ctx ends;
+// then it closes the channel. Call it after Start. It does not wait for
+// more changes: the receiver coalesces (enforcer.Syncer.Run, the one
+// place that does). A Snapshot is built when the previous one was taken
+// and something changed since, so a receiver that takes none while it
+// waits costs one Snapshot per wait, and misses nothing: the next one it
+// takes is built after every change it has not seen.
 func (in *Informers) Watch(ctx context.Context) <-chan *Snapshot {
-	out := make(chan *Snapshot, 1)
+	out := make(chan *Snapshot)
 	go func() {
 		defer close(out)
 		// Drain a notification from the initial list: the first Snapshot
@@ -231,19 +221,6 @@ func (in *Informers) Watch(ctx context.Context) <-chan *Snapshot {
 			case <-in.changed:
 			case <-ctx.Done():
 				return
-			}
-			// Let the burst finish; changes meanwhile leave a notification
-			// behind, which the next round consumes harmlessly at worst.
-			t := time.NewTimer(in.coalesce)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			}
-			select {
-			case <-in.changed:
-			default:
 			}
 		}
 	}()
@@ -609,12 +586,18 @@ func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	}
 }
 
+// slimNamespace keeps, of the annotations, only the one that turns flow
+// logs on (FlowLogAnnotation).
 func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
-	return &corev1.Namespace{
+	slim := &corev1.Namespace{
 		TypeMeta:   ns.TypeMeta,
 		ObjectMeta: slimMeta(&ns.ObjectMeta),
 		Status:     corev1.NamespaceStatus{Phase: ns.Status.Phase},
 	}
+	if v, ok := ns.Annotations[FlowLogAnnotation]; ok {
+		slim.Annotations = map[string]string{FlowLogAnnotation: v}
+	}
+	return slim
 }
 
 func slimPod(p *corev1.Pod) *corev1.Pod {
@@ -666,7 +649,8 @@ func equalIgnoringVersion(a, b any) bool {
 	switch a := a.(type) {
 	case *corev1.Namespace:
 		b, ok := b.(*corev1.Namespace)
-		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) && a.Status.Phase == b.Status.Phase
+		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) && a.Status.Phase == b.Status.Phase &&
+			a.Annotations[FlowLogAnnotation] == b.Annotations[FlowLogAnnotation]
 	case *corev1.Pod:
 		b, ok := b.(*corev1.Pod)
 		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) &&

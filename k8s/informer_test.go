@@ -31,7 +31,7 @@ import (
 // later write is seen as an event.
 func startFake(t *testing.T, objs ...runtime.Object) (*fake.Clientset, *Informers, <-chan *Snapshot) {
 	t.Helper()
-	return startFakeWith(t, InformerOptions{Coalesce: 10 * time.Millisecond}, objs...)
+	return startFakeWith(t, InformerOptions{}, objs...)
 }
 
 // startFakeWith is startFake with opts.
@@ -215,46 +215,36 @@ func TestInformersFollowChanges(t *testing.T) {
 	next(t, ch, "deleted", func(s *Snapshot) bool { return len(s.Pods) == 0 && len(s.Policies) == 0 })
 }
 
-// Changes are coalesced: Watch builds a Snapshot no sooner than the
-// coalesce interval after the change that woke it, so a burst of changes
-// lands in few Snapshots, at most one per interval. Both checks are lower
-// bounds on time: a slow machine only makes them take longer, never fail,
-// and a Watch that sends a Snapshot per change (or waits before nothing)
-// fails them however fast the machine is.
-func TestInformersCoalesceBursts(t *testing.T) {
+// Watch builds a Snapshot only when the previous one was taken: a
+// receiver that takes none during a burst of 100 changes then gets a few
+// Snapshots, not one per change, and the last holds every change. Watch
+// does not wait to coalesce (the Syncer does, the one place that does).
+func TestInformersWatchBuildsWhenTaken(t *testing.T) {
 	ctx := context.Background()
-	const interval = 250 * time.Millisecond
-	client, _, ch := startFakeWith(t, InformerOptions{Coalesce: interval}, namespace("x"))
+	client, in, ch := startFakeWith(t, InformerOptions{}, namespace("x"))
 	next(t, ch, "initial", func(*Snapshot) bool { return true })
-	create := func(name string) {
-		t.Helper()
-		if _, err := client.CoreV1().Pods("x").Create(ctx, podWithIP("x", name, "10.1.0.1", nil), metav1.CreateOptions{}); err != nil {
+	const n = 100
+	for i := range n {
+		if _, err := client.CoreV1().Pods("x").Create(ctx, podWithIP("x", fmt.Sprintf("p%03d", i), "10.1.0.1", nil), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	// One change: its Snapshot waits out the interval.
-	start := time.Now()
-	create("first")
-	next(t, ch, "first pod", func(s *Snapshot) bool { return len(s.Pods) == 1 })
-	if took := time.Since(start); took < interval {
-		t.Errorf("a Snapshot %v after a change; want none before the coalesce interval, %v", took, interval)
-	}
-
-	// A burst. Watch waits on the first of its changes and then builds
-	// the k-th Snapshot no sooner than k intervals after the burst began.
-	const n = 100
-	start = time.Now()
-	for i := range n {
-		create(fmt.Sprintf("p%03d", i))
+	// Every change in the caches, none taken from Watch yet.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(in.Snapshot().Pods) < n {
+		if time.Now().After(deadline) {
+			t.Fatal("the caches did not see every pod")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	seen := 0
-	next(t, ch, "all pods", func(s *Snapshot) bool { seen++; return len(s.Pods) == n+1 })
-	took := time.Since(start)
-	if most := int(took / interval); seen > most {
-		t.Errorf("%d Snapshots for %d creates in %v; want at most one per coalesce interval (%v), %d", seen, n, took, interval, most)
+	next(t, ch, "all pods", func(s *Snapshot) bool { seen++; return len(s.Pods) == n })
+	// The one built at the burst's first change, waiting since, and one
+	// built after it was taken.
+	if seen > 2 {
+		t.Errorf("%d Snapshots for a burst of %d changes nobody took meanwhile; want a few", seen, n)
 	}
-	t.Logf("%d Snapshots for %d creates in %v", seen, n, took.Round(time.Millisecond))
+	t.Logf("%d Snapshots for %d creates", seen, n)
 }
 
 // An object the API server accepted but the compiler's validation rejects

@@ -203,7 +203,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
 		fs.StringVar(&cfg.metricsAddr, "metrics-addr", defaultMetricsAddr, "serve Prometheus metrics at /metrics on this address (empty: not at all)")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how often to check the manifests directory for changes")
-		fs.DurationVar(&cfg.debounce, "debounce", 100*time.Millisecond, "wait this long after a change for more before syncing")
+		fs.DurationVar(&cfg.debounce, "debounce", 100*time.Millisecond, "a change after a quiet period is synced at once; changes within this long after a sync are merged into one sync when it ends (a burst costs a batch per window)")
 		fs.DurationVar(&cfg.maxDelay, "max-delay", time.Second, "sync at most this long after the first change of a burst")
 		fs.DurationVar(&cfg.driftCheck, "drift-check", 30*time.Second, "how often to read the table back and repair it if it drifted (0: never)")
 	}
