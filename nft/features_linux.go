@@ -3,7 +3,6 @@ package nft
 import (
 	"fmt"
 	"net/netip"
-	"runtime"
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
@@ -120,39 +119,12 @@ func ProbeFeatures() ([]FeatureCheck, error) {
 // throwawayNetns returns a handle on a new, empty network namespace that
 // ends when the handle (and every socket opened in it) is closed.
 func throwawayNetns() (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// A thread switched into another namespace must not run anything
-		// else: it is locked to this goroutine, and if it cannot switch
-		// back it stays locked, so it ends with the goroutine.
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{-1, err}
-			return
-		}
-		defer unix.Close(orig)
+	return fdInNetns(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{-1, fmt.Errorf("unshare: %w", err)}
-			return
+			return fmt.Errorf("unshare: %w", err)
 		}
-		fd, oerr := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			if oerr == nil {
-				unix.Close(fd)
-			}
-			done <- result{-1, fmt.Errorf("leave the new namespace: %w", err)}
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- result{fd, oerr}
-	}()
-	r := <-done
-	return r.fd, r.err
+		return nil
+	}, func() (int, error) {
+		return unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}, "the new namespace")
 }

@@ -354,6 +354,23 @@ func (c *Conn) unixSocket() (int, error) {
 	if c.nsFd < 0 {
 		return unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	}
+	return fdInNetns(func() error {
+		if err := unix.Setns(c.nsFd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter netns %s: %w", c.path, err)
+		}
+		return nil
+	}, func() (int, error) {
+		return unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	}, "netns "+c.path)
+}
+
+// fdInNetns makes a file descriptor (a socket, a namespace handle) in
+// another network namespace: on a thread locked to a goroutine of its own,
+// enter switches into the namespace, open makes the descriptor, and the
+// thread switches back. A descriptor keeps the namespace it was made in,
+// so it is used from any thread afterwards. what names the namespace in
+// errors.
+func fdInNetns(enter func() error, open func() (int, error), what string) (int, error) {
 	type result struct {
 		fd  int
 		err error
@@ -371,21 +388,21 @@ func (c *Conn) unixSocket() (int, error) {
 			return
 		}
 		defer unix.Close(orig)
-		if err := unix.Setns(c.nsFd, unix.CLONE_NEWNET); err != nil {
+		if err := enter(); err != nil {
 			runtime.UnlockOSThread()
-			done <- result{-1, fmt.Errorf("enter netns %s: %w", c.path, err)}
+			done <- result{-1, err}
 			return
 		}
-		fd, serr := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		fd, oerr := open()
 		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			if serr == nil {
+			if oerr == nil {
 				unix.Close(fd)
 			}
-			done <- result{-1, fmt.Errorf("leave netns %s: %w", c.path, err)}
+			done <- result{-1, fmt.Errorf("leave %s: %w", what, err)}
 			return
 		}
 		runtime.UnlockOSThread()
-		done <- result{fd, serr}
+		done <- result{fd, oerr}
 	}()
 	r := <-done
 	return r.fd, r.err
