@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/internal/testbin"
@@ -79,7 +78,7 @@ func nettool(path string) (*tool, error) {
 type server struct {
 	proc  *testbin.Proc
 	stdin *os.File // closing it makes nettool exit (--exit-on-eof)
-	errb  *lockedBuffer
+	errb  *testbin.LockedBuffer
 }
 
 const readyTimeout = 10 * time.Second
@@ -100,7 +99,7 @@ func (c *Cluster) startServer(ns string) (*server, error) {
 		inW.Close()
 		return nil, err
 	}
-	s := &server{stdin: inW, errb: &lockedBuffer{}}
+	s := &server{stdin: inW, errb: &testbin.LockedBuffer{}}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, s.errb
 	s.proc, err = testbin.Start(cmd)
 	inR.Close()
@@ -149,21 +148,4 @@ func joinPorts(ports []int) string {
 		s[i] = strconv.Itoa(p)
 	}
 	return strings.Join(s, ",")
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -21,7 +21,7 @@ type Daemon struct {
 	// Health is the --health-addr it was given, host:port.
 	Health string
 
-	logs   lockedBuffer
+	logs   LockedBuffer
 	client *http.Client
 }
 
@@ -136,18 +136,20 @@ func ParseReadyz(status int, body string) (Readyz, error) {
 	return r, nil
 }
 
-type lockedBuffer struct {
+// A LockedBuffer is a bytes.Buffer that a process's output goroutines and
+// a test may use at once.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
