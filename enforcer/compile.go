@@ -51,6 +51,9 @@ type Options struct {
 	// connections each policy allowed and each isolated pod was denied can
 	// be read from the kernel (see ConnCounter).
 	Counters bool
+	// FlowLog logs the first packet of connections of logged namespaces
+	// to an nflog group (see flowlog.go); the zero value logs nothing.
+	FlowLog FlowLog
 }
 
 // A Problem is part of the snapshot the compiler could not use. The rest is
@@ -131,6 +134,7 @@ type Compiler struct {
 	policyList []*networkingv1.NetworkPolicy
 
 	namespaces   map[string]labels.Set // with the name label the API server always sets
+	flowNS       map[string]bool       // namespaces annotated for flow logs (k8s.FlowLogged)
 	pods         map[objKey]*pod       // the pods that take part in policy, with the addresses they win
 	claimsByPod  map[objKey]*claim     // the same pods with every address they report
 	claims       addressClaims         // claimsByPod by address
@@ -166,6 +170,8 @@ type Compiler struct {
 	// of what uses them (a policy's chains and rules, a pod chain) until it
 	// goes, unique by construction (see nameRegistry).
 	chainNames, peerNames *nameRegistry
+	// Identifiers of logged chains in log prefixes (see flowlog.go).
+	flowIDs *flowIDs
 
 	// With DenyUnknown: the pod CIDRs the unknown sets were built from,
 	// the sets by family, and why there are none.
@@ -186,8 +192,9 @@ type podChainKey struct {
 }
 
 type podChain struct {
-	pod   *pod
-	chain *nft.Chain
+	pod    *pod
+	chain  *nft.Chain
+	flowID string // its identifier in log prefixes; "" when not logged
 }
 
 // NewCompiler returns a Compiler for opts. opts.Priority is ignored: it is
@@ -203,6 +210,7 @@ func NewCompiler(opts Options) *Compiler {
 		opts:           opts,
 		bit:            allowBit(opts.MarkMask),
 		namespaces:     map[string]labels.Set{},
+		flowNS:         map[string]bool{},
 		pods:           map[objKey]*pod{},
 		podProblems:    map[objKey][]Problem{},
 		claimsByPod:    map[objKey]*claim{},
@@ -216,6 +224,7 @@ func NewCompiler(opts Options) *Compiler {
 		podChains:      map[podChainKey]*podChain{},
 		chainNames:     newNameRegistry(),
 		peerNames:      newNameRegistry(),
+		flowIDs:        newFlowIDs(),
 	}
 }
 
@@ -229,6 +238,7 @@ type changes struct {
 	policies   []*policyState         // added or changed: targets to select
 	goneLocal  []objKey               // pods no longer local and taking part: drop their chains
 	dispatch   bool                   // some pod chain appeared, went or changed address
+	flowLogNS  map[string]bool        // namespaces whose flow logging was turned on or off
 	localPods  bool                   // a pod of this node appeared, went or changed
 }
 
@@ -244,10 +254,12 @@ func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Pr
 		pods:       map[string][]podChange{},
 		targetsNS:  map[string]bool{},
 		podChainNS: map[string]bool{},
+		flowLogNS:  map[string]bool{},
 	}
 	c.syncNamespaces(snap.Namespaces, ch)
 	c.syncPods(snap.Pods, snap.Quarantined, ch)
 	c.syncPolicies(snap.Policies, ch)
+	c.refreshFlowLog(ch)
 	c.refreshPeers(ch)
 	c.refreshTargets(ch)
 	c.refreshPortSets(ch)
@@ -439,20 +451,27 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 		}
 		return
 	}
-	var name string
+	var name, flowID string
 	if old != nil {
-		name = old.chain.Name
+		name, flowID = old.chain.Name, old.flowID
 	} else {
 		name = c.acquireChainName(d.name+"-pod", pd.namespace, pd.name)
 	}
-	chain := c.podChain(name, pd, d, selecting)
+	switch logged := c.flowLogged(pd.namespace); {
+	case logged && flowID == "":
+		flowID = c.acquireFlowID(d.name+"-pod", pd.namespace, pd.name)
+	case !logged && flowID != "":
+		c.retireFlowID(d.name+"-pod", pd.namespace, pd.name)
+		flowID = ""
+	}
+	chain := c.podChain(name, pd, d, selecting, flowID)
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, chain.Rules, nft.Rule.Equal) {
 		return
 	}
 	if old == nil || !slices.Equal(old.pod.ips, pd.ips) {
 		ch.dispatch = true
 	}
-	c.podChains[k] = &podChain{pod: pd, chain: chain}
+	c.podChains[k] = &podChain{pod: pd, chain: chain, flowID: flowID}
 	c.putChain(chainSortKey(2, pd.key, d), chain)
 }
 
@@ -462,12 +481,16 @@ func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
 	delete(c.podChains, k)
 	c.dropChain(pc.chain.Name)
 	c.releaseChainName(k.dir+"-pod", k.pod.namespace, k.pod.name)
+	if pc.flowID != "" {
+		c.retireFlowID(k.dir+"-pod", k.pod.namespace, k.pod.name)
+	}
 }
 
 // podChain decides one direction for one isolated pod: allowed if any
 // selecting policy's chain set our allow bit. A quarantined pod's chain
 // has no policy to jump to: only the pod reaching itself is allowed.
-func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string) *nft.Chain {
+// With a flowID, what it drops is logged first (denyLogRule).
+func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, flowID string) *nft.Chain {
 	ch := &nft.Chain{Name: name}
 	ch.Rules = append(ch.Rules, nft.Rule{
 		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
@@ -501,6 +524,9 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 	drop := fmt.Sprintf("%s: no %s rule allows", pd.key, d.name)
 	if pd.quarantined {
 		drop = fmt.Sprintf("%s: quarantined, its labels are not known: nothing allowed", pd.key)
+	}
+	if flowID != "" {
+		ch.Rules = append(ch.Rules, c.denyLogRule(flowID))
 	}
 	ch.Rules = append(ch.Rules, nft.Rule{
 		Exprs:   c.podChainDrop(),

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ktypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
 )
 
 // This file keeps the compiler's view of namespaces and pods in step with
@@ -34,6 +36,16 @@ func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, ch *changes) {
 	key := func(ns *corev1.Namespace) objKey { return objKey{name: ns.Name} }
 	c.nsList = walkChanges(c.nsList, nss, key, func(k objKey, _, ns *corev1.Namespace) {
 		before := c.namespaceLabels(k.name)
+		if logged := k8s.FlowLogged(ns); logged != c.flowNS[k.name] {
+			if logged {
+				c.flowNS[k.name] = true
+			} else {
+				delete(c.flowNS, k.name)
+			}
+			if c.opts.FlowLog.Group != 0 && !c.opts.FlowLog.All {
+				ch.flowLogNS[k.name] = true // its chains gain or lose their log rules
+			}
+		}
 		if ns == nil {
 			delete(c.namespaces, k.name)
 		} else {

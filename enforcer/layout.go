@@ -21,7 +21,10 @@ package enforcer
 // (Options.Revoke, a bit of the conntrack mark: see revokeRule). Version
 // 4 may carry a rule counter on each rule that allows a connection and on
 // each pod chain's final drop (Options.Counters, see counters.go).
-const Layout = 4
+// Version 5 may log, in the chains of logged namespaces, each allowing
+// rule and each pod chain's drop in a rule of its own ahead of it, with a
+// limit (Options.FlowLog, see flowlog.go).
+const Layout = 5
 
 // previousLayout is set, at link time only, by the tests of an upgrade
 // under probing (test/e2e), which need two builds whose layouts differ:

@@ -37,6 +37,9 @@ type policyState struct {
 
 	targets []*pod // this node's pods it selects, sorted by name
 	active  bool   // it selects a pod here: its chains and sets are in the table
+	// flowLogged: its namespace was logged when it was planned, and its
+	// chains log what they allow (see flowlog.go).
+	flowLogged bool
 }
 
 // A peerUse names the shared peer set a rule matches.
@@ -94,19 +97,24 @@ func (c *Compiler) syncPolicies(nps []*networkingv1.NetworkPolicy, ch *changes) 
 		if p != nil {
 			c.removePolicy(p, ch)
 		}
-		if np == nil {
-			return
+		if np != nil {
+			c.addPolicy(np, ch)
 		}
-		p = c.planPolicy(np)
-		c.policies[k] = p
-		byName := c.policiesByNS[k.namespace]
-		i, _ := slices.BinarySearchFunc(byName, k.name, policyByName)
-		c.policiesByNS[k.namespace] = slices.Insert(byName, i, p)
-		if len(p.selProblems)+len(p.ruleProblems) > 0 {
-			c.policyProblems[k] = p
-		}
-		ch.policies = append(ch.policies, p)
 	})
+}
+
+// addPolicy plans np and records it, for its targets to be selected.
+func (c *Compiler) addPolicy(np *networkingv1.NetworkPolicy, ch *changes) {
+	k := objKey{np.Namespace, np.Name}
+	p := c.planPolicy(np)
+	c.policies[k] = p
+	byName := c.policiesByNS[k.namespace]
+	i, _ := slices.BinarySearchFunc(byName, k.name, policyByName)
+	c.policiesByNS[k.namespace] = slices.Insert(byName, i, p)
+	if len(p.selProblems)+len(p.ruleProblems) > 0 {
+		c.policyProblems[k] = p
+	}
+	ch.policies = append(ch.policies, p)
 }
 
 func policyByName(p *policyState, name string) int {
@@ -127,6 +135,9 @@ func (c *Compiler) removePolicy(p *policyState, ch *changes) {
 	for _, d := range directions {
 		if p.chains[d.name] != nil {
 			c.releaseChainName(d.name, p.key.namespace, p.key.name)
+			if p.flowLogged {
+				c.retireFlowID(d.name, p.key.namespace, p.key.name)
+			}
 		}
 	}
 	for _, u := range p.peerUses {
@@ -225,6 +236,7 @@ func (c *Compiler) planPolicy(np *networkingv1.NetworkPolicy) *policyState {
 		return p
 	}
 	p.sel = sel
+	p.flowLogged = c.flowLogged(np.Namespace)
 	for _, d := range directions {
 		if p.types[d.policyType] {
 			p.chains[d.name] = c.policyChain(p, d)
@@ -241,6 +253,10 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 	allow := []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
 	if c.opts.Counters {
 		allow = append([]nft.Expr{nft.Counter{}}, allow...) // see countedChains
+	}
+	var flowID string // with flow logs, each allowing rule is logged first (allowLogRule)
+	if p.flowLogged {
+		flowID = c.acquireFlowID(d.name, np.Namespace, np.Name)
 	}
 	problem := func(err error) {
 		p.ruleProblems = append(p.ruleProblems, Problem{Object: policyObject(np), Err: err})
@@ -264,6 +280,11 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 	var index []int // the spec rule of each chain rule
 	for i, r := range specs {
 		add := func(rule nft.Rule) {
+			if flowID != "" {
+				match := rule.Exprs[:len(rule.Exprs)-len(allow)]
+				ch.Rules = append(ch.Rules, c.allowLogRule(match, flowID, i, rule.Comment))
+				index = append(index, i)
+			}
 			ch.Rules = append(ch.Rules, rule)
 			index = append(index, i)
 		}

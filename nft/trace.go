@@ -21,6 +21,9 @@ type Packet struct {
 	// DNAT marks a connection whose destination was translated on its way
 	// in (a Service address to an endpoint): ct status dnat.
 	DNAT bool
+	// OverLimit makes every limit the packet meets exhausted (a flood):
+	// a Limit fails, and the rest of its rule is not run.
+	OverLimit bool
 	// WrongIif marks a packet that came in on an interface its source
 	// address does not route back through: a forged source, which a
 	// reverse-path check (ReversePath) rejects.
@@ -141,10 +144,7 @@ func (tr *tracer) match(e Expr) (ok, isMatch bool) {
 	case CtMarkBitsSet:
 		return p.CtMark&e.Bits == e.Bits, true
 	case Limit:
-		// The tracer judges one packet, within any limit: what a limit
-		// decides is whether a log statement after it runs, never a
-		// verdict (see Limit).
-		return true, true
+		return !p.OverLimit, true
 	}
 	return false, false
 }
