@@ -59,6 +59,7 @@ type config struct {
 	metricsAddr      string
 	metricsGiven     bool // --metrics-addr given: failing to listen is an error
 	counters         bool // --connection-counters
+	flowLog          enforcer.FlowLog
 	healthAddr       string
 	poll             time.Duration
 	debounce         time.Duration
@@ -143,7 +144,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
-	cfg := &config{table: enforcer.DefaultTable, logLevel: zapcore.InfoLevel, logFormat: "console"}
+	cfg := &config{table: enforcer.DefaultTable, logLevel: zapcore.InfoLevel, logFormat: "console", flowLog: enforcer.FlowLog{Group: defaultFlowLogGroup}}
 	fs := flag.NewFlagSet("nftpolicy "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.netns, "netns", "", "network namespace to program: a name under /run/netns or a path (default: the current one); entering it (setns) needs CAP_SYS_ADMIN besides CAP_NET_ADMIN")
@@ -173,6 +174,22 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	}
 	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // doctor compares with the table as run writes it
 		fs.BoolVar(&cfg.counters, "connection-counters", true, "count, in a rule counter of the kernel, the connections each policy allows and each isolated pod is denied (run serves them as metrics)")
+	}
+	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // doctor compares with the table as run writes it
+		fs.BoolVar(&cfg.flowLog.All, "flow-log", false, "log the first packet of each connection of every namespace, as the annotation "+k8s.FlowLogAnnotation+`: "true" does for one (run writes a line per connection)`)
+		fs.Func("flow-log-group", "the nflog group flow logs go to; 0 turns them off, annotations included. Only one process can read a group in a network namespace (default 100)", func(s string) error {
+			v, err := strconv.ParseUint(s, 0, 16)
+			cfg.flowLog.Group = uint16(v)
+			return err
+		})
+		fs.Func("flow-log-rate", fmt.Sprintf("connections a second each logging rule logs at most, after a burst of twice as many; the kernel drops the rest of the lines, never the traffic (default %d)", enforcer.DefaultFlowLogRate), func(s string) error {
+			v, err := strconv.ParseUint(s, 0, 32)
+			if err == nil && v == 0 {
+				err = errors.New("want a positive rate (--flow-log-group=0 turns flow logs off)")
+			}
+			cfg.flowLog.Rate = uint32(v)
+			return err
+		})
 	}
 	if cmd == "run" || cmd == "apply" {
 		fs.BoolVar(&cfg.takeOver, "take-over", false, "write over a table another running nftpolicy owns (its owner record is the table's comment); that daemon stops writing and goes unready until this one is gone, then takes the table back (after apply, at once)")
@@ -323,7 +340,7 @@ func newLogger(w io.Writer, level zapcore.Level, format string) *zap.Logger {
 func (c *config) options() enforcer.Options {
 	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, TakeOver: c.takeOver, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs,
 		Revoke:   c.conntrackCleanup, // the cleanup marks what the table then drops
-		Counters: c.counters}
+		Counters: c.counters, FlowLog: c.flowLog}
 }
 
 // load reads the manifests, or lists the API server, logging every object
@@ -662,9 +679,15 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		forgetRevoked(cfg, log)
 	}
 	src := &sourceState{}
+	var flowMetrics *flowLogMetrics
+	if cfg.flowLog.Group != 0 {
+		flowMetrics = newFlowLogMetrics()
+		fl := &flowLogger{netns: flowNetns(cfg.netns), group: cfg.flowLog.Group, res: enforcer.NewFlowResolver(s), log: log, metrics: flowMetrics}
+		go fl.run(ctx)
+	}
 
 	if cfg.metricsAddr != "" {
-		stop, err := serveMetrics(cfg.metricsAddr, cfg.metricsGiven, newMetrics(s, cfg.counters, log), log)
+		stop, err := serveMetrics(cfg.metricsAddr, cfg.metricsGiven, newMetrics(s, cfg.counters, log, flowMetrics), log)
 		if err != nil {
 			return err
 		}

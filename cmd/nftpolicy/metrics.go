@@ -53,8 +53,9 @@ var (
 )
 
 // newMetrics returns the registry of the daemon's metrics for s; the
-// connection counters are read only with Options.Counters.
-func newMetrics(s *enforcer.Syncer, counters bool, log *zap.Logger) *prometheus.Registry {
+// connection counters are read only with Options.Counters, the flow
+// logger's counts only with flow logs (fl not nil).
+func newMetrics(s *enforcer.Syncer, counters bool, log *zap.Logger, fl *flowLogMetrics) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	durations := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "nftpolicy_sync_duration_seconds",
@@ -75,6 +76,9 @@ func newMetrics(s *enforcer.Syncer, counters bool, log *zap.Logger) *prometheus.
 		&syncerCollector{s: s, counters: counters, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if fl != nil {
+		reg.MustRegister(fl.lines, fl.errors)
+	}
 	return reg
 }
 
