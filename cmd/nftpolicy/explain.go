@@ -37,10 +37,11 @@ func explain(cfg *config, stdout io.Writer, log *zap.Logger) error {
 	case x.port < 1 || x.port > 65535:
 		return fmt.Errorf("--port %d: want 1 to 65535", x.port)
 	}
-	snap, _, err := load(cfg, log)
+	snap, objErrs, err := load(cfg, log)
 	if err != nil {
 		return err
 	}
+	nodeErr := checkNode(cfg, snap, log)
 	srcs, err := resolveEndpoint(snap, x.from, "--from")
 	if err != nil {
 		return err
@@ -75,14 +76,28 @@ func explain(cfg *config, stdout io.Writer, log *zap.Logger) error {
 		end.Node = podNode(snap, end.Pod)
 	}
 	fmt.Fprintf(stdout, "node:    %s\nflow:    %s %s → %s port %d (its first packet)\n", cfg.node, strings.ToLower(x.proto), src, dst, x.port)
-	_, err = io.WriteString(stdout, e.String())
-	return err
+	if _, err := io.WriteString(stdout, e.String()); err != nil {
+		return err
+	}
+	// explain reads the sources as they are; a daemon that rejected an
+	// object enforces its last good version, or a stand-in, or held the
+	// table from before its start, none of which explain can see.
+	partial := leftOut(objErrs, problems, nodeErr)
+	if partial != nil {
+		fmt.Fprintf(stdout, "note:    the sources hold errors (below, exit status 3): a running daemon may enforce last good versions of those objects, not what explain read\n")
+	}
+	return partial
 }
 
 // resolveEndpoint reads an address, or namespace/pod: the pod's
 // addresses in snap, IPv4 first.
 func resolveEndpoint(snap *k8s.Snapshot, s, flag string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			// A zone scopes a link-local address to an interface of the
+			// host running explain; policy never sees one.
+			return nil, fmt.Errorf("%s %q: an address with a zone (%%%s) is not one policy can match; give it without", flag, s, a.Zone())
+		}
 		return []netip.Addr{a.Unmap()}, nil
 	}
 	ns, name, ok := strings.Cut(s, "/")
