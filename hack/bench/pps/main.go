@@ -10,7 +10,17 @@
 //   - nftpolicy with 10, 1k and 10k policies, the receiver isolated by a
 //     policy allowing the flow;
 //   - the same with connection counters (enforcer.Options.Counters): the
-//     rule that allows the flow counts every packet, as each is NEW.
+//     rule that allows the flow counts every packet, as each is NEW;
+//   - the same with counters and flow logs for the receiver's namespace
+//     (enforcer.Options.FlowLog, as the daemon runs by default with the
+//     namespace annotated): ahead of the rule that allows, a rule with
+//     the same match, the allow-bit check and a limit evaluates every
+//     packet, and logs the few the limit lets through to a group nobody
+//     reads (the kernel drops them unread; reading costs the daemon,
+//     not the packet path).
+//
+// Each variant with counters or flow logs is also compared, round by
+// round, with the variant without them that ran just before it.
 //
 // Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2]
 package main
@@ -25,7 +35,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +91,7 @@ func flood(args []string) int {
 type variant struct {
 	name  string
 	setup func() error
+	vs    string // the variant it is compared with round by round, if any
 }
 
 func run() int {
@@ -132,9 +142,13 @@ func run() int {
 		n.Exec("nft", "delete", "table", "inet", "ctonly")
 		return nil
 	}
-	withPolicies := func(namespaces, policiesPerNS int, counters bool) func() error {
-		snap := benchSnapshot(src, dst, namespaces, policiesPerNS)
-		table, problems := enforcer.Compile(snap, enforcer.Options{Node: node, Priority: enforcer.DefaultPriority, Counters: counters})
+	withPolicies := func(namespaces, policiesPerNS int, counters, flowLog bool) func() error {
+		snap := benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog)
+		opts := enforcer.Options{Node: node, Priority: enforcer.DefaultPriority, Counters: counters}
+		if flowLog {
+			opts.FlowLog = enforcer.FlowLog{Group: 100}
+		}
+		table, problems := enforcer.Compile(snap, opts)
 		if len(problems) > 0 {
 			fmt.Fprintln(os.Stderr, "compile:", problems)
 		}
@@ -147,7 +161,7 @@ func run() int {
 		}
 	}
 	variants := []variant{
-		{"none", clear},
+		{"none", clear, ""},
 		{"conntrack-only", func() error {
 			if err := clear(); err != nil {
 				return err
@@ -157,13 +171,16 @@ func run() int {
 				return fmt.Errorf("%v: %s", err, out)
 			}
 			return nil
-		}},
-		{"nftpolicy 10 policies", withPolicies(1, 10, false)},
-		{"10 policies +counters", withPolicies(1, 10, true)},
-		{"nftpolicy 1k policies", withPolicies(100, 10, false)},
-		{"1k policies +counters", withPolicies(100, 10, true)},
-		{"nftpolicy 10k policies", withPolicies(100, 100, false)},
-		{"10k policies +counters", withPolicies(100, 100, true)},
+		}, ""},
+		{"nftpolicy 10 policies", withPolicies(1, 10, false, false), ""},
+		{"10 policies +counters", withPolicies(1, 10, true, false), "nftpolicy 10 policies"},
+		{"10 policies +flow log", withPolicies(1, 10, true, true), "10 policies +counters"},
+		{"nftpolicy 1k policies", withPolicies(100, 10, false, false), ""},
+		{"1k policies +counters", withPolicies(100, 10, true, false), "nftpolicy 1k policies"},
+		{"1k policies +flow log", withPolicies(100, 10, true, true), "1k policies +counters"},
+		{"nftpolicy 10k policies", withPolicies(100, 100, false, false), ""},
+		{"10k policies +counters", withPolicies(100, 100, true, false), "nftpolicy 10k policies"},
+		{"10k policies +flow log", withPolicies(100, 100, true, true), "10k policies +counters"},
 	}
 
 	pps := map[string][]float64{}
@@ -195,20 +212,21 @@ func run() int {
 		m := median(pps[v.name])
 		fmt.Printf("%-24s %12.0f %11.3fx %16.0f\n", v.name, m, m/base, 1e9/m-1e9/base)
 	}
-	// Counters against the same table without them, round by round: the
-	// two ran seconds apart, so the ratio is less noisy than the medians'.
-	fmt.Printf("\n%-24s %12s %16s\n", "counters", "pps ratio", "cost per packet")
-	for i, v := range variants {
-		if !strings.HasSuffix(v.name, "+counters") {
+	// Counters against the same table without them, flow logs against
+	// the same table with counters only, round by round: the two ran
+	// seconds apart, so the ratio is less noisy than the medians'.
+	fmt.Printf("\n%-24s %-24s %12s %16s\n", "variant", "against", "pps ratio", "cost per packet")
+	for _, v := range variants {
+		if v.vs == "" {
 			continue
 		}
-		with, without := pps[v.name], pps[variants[i-1].name]
+		with, without := pps[v.name], pps[v.vs]
 		ratios := make([]float64, len(with))
 		for r := range with {
 			ratios[r] = with[r] / without[r]
 		}
 		m := median(ratios)
-		fmt.Printf("%-24s %11.3fx %15.1f%%\n", v.name, m, (1/m-1)*100)
+		fmt.Printf("%-24s %-24s %11.3fx %15.1f%%\n", v.name, v.vs, m, (1/m-1)*100)
 	}
 	return 0
 }
@@ -254,9 +272,15 @@ func received(dst *netns.Pod) (int, error) {
 // benchSnapshot is a scale cluster plus the two bench pods, the receiver
 // isolated for ingress by a policy that allows the sender's flow among the
 // cluster's own policies.
-func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int) *k8s.Snapshot {
+//
+// With flowLog the bench namespace is annotated for flow logs.
+func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int, flowLog bool) *k8s.Snapshot {
 	snap := scale.Cluster(namespaces, 100, policiesPerNS, 100, node, false)
-	snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}})
+	bench := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	if flowLog {
+		bench.Annotations = map[string]string{k8s.FlowLogAnnotation: "true"}
+	}
+	snap.Namespaces = append(snap.Namespaces, bench)
 	for _, p := range []*netns.Pod{src, dst} {
 		snap.Pods = append(snap.Pods, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: p.Name(), Labels: map[string]string{"pod": p.Name(), "tier": "tier-0"}},
