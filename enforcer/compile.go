@@ -340,6 +340,14 @@ func compareKeys(a, b objKey) int {
 const (
 	icmpv6RouterSolicit = 133
 	icmpv6Redirect      = 137
+	// ndHopLimit is the hop limit neighbour discovery is sent with (RFC
+	// 4861 § 7.1.1: a receiver discards any other). Routing decrements it
+	// before the forward hook, so a routed "neighbour discovery" message,
+	// which no real one is, arrives with less and is judged by policy: a
+	// pod cannot carry data past isolation in types 133-137 to another
+	// node or subnet. On a shared bridge a pod can still send its
+	// neighbours on it crafted ones, as it can ARP.
+	ndHopLimit = 255
 )
 
 // forwardChain is the base chain: established traffic first, then the
@@ -356,7 +364,7 @@ func (c *Compiler) forwardChain(priority int32) *nft.Chain {
 			// it, and on a bridge with br_netfilter it crosses the forward
 			// hook between pods, so without this a pod isolated for ingress
 			// could not be resolved by its own allowed peers.
-			Exprs:   []nft.Expr{nft.ICMPv6TypeRange{First: icmpv6RouterSolicit, Last: icmpv6Redirect}, nft.Verdict{Kind: nft.Accept}},
+			Exprs:   []nft.Expr{nft.ICMPv6TypeRange{First: icmpv6RouterSolicit, Last: icmpv6Redirect, HopLimit: ndHopLimit}, nft.Verdict{Kind: nft.Accept}},
 			Comment: "IPv6 neighbour discovery is not subject to policy, as ARP is not",
 		}},
 	}

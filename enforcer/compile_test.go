@@ -555,13 +555,18 @@ func TestCompileBadRuleFailsClosed(t *testing.T) {
 // never policy's to drop; other ICMPv6 (echo) is.
 func TestCompileNeighbourDiscoveryPasses(t *testing.T) {
 	table := mustCompile(t, cluster(policy("x", "deny", denyIngress, denyEgress)))
+	// Neighbour discovery is sent with hop limit 255 and never routed; a
+	// routed packet of those types (254 and less at the forward hook)
+	// carries data, not discovery, and is judged by policy (the second
+	// adversarial pass sent "neighbour solicitations" across nodes).
 	for _, tc := range []struct {
-		icmpType uint8
-		want     bool
-	}{{135, true}, {136, true}, {133, true}, {137, true}, {128, false}, {138, false}} {
-		pkt := nft.Packet{Src: addrOf(t, "y/a", nft.IPv6), Dst: addrOf(t, "x/a", nft.IPv6), Proto: nft.ProtoICMPv6, ICMPType: tc.icmpType}
+		icmpType, hopLimit uint8
+		want               bool
+	}{{135, 255, true}, {136, 255, true}, {133, 255, true}, {137, 255, true}, {128, 255, false}, {138, 255, false},
+		{135, 254, false}, {136, 64, false}, {137, 0, false}} {
+		pkt := nft.Packet{Src: addrOf(t, "y/a", nft.IPv6), Dst: addrOf(t, "x/a", nft.IPv6), Proto: nft.ProtoICMPv6, ICMPType: tc.icmpType, HopLimit: tc.hopLimit}
 		if got := traceAllowed(t, table, pkt); got != tc.want {
-			t.Errorf("icmpv6 type %d y/a→x/a: allowed=%v, want %v", tc.icmpType, got, tc.want)
+			t.Errorf("icmpv6 type %d hop limit %d y/a→x/a: allowed=%v, want %v", tc.icmpType, tc.hopLimit, got, tc.want)
 		}
 	}
 }

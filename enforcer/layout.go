@@ -23,8 +23,10 @@ package enforcer
 // each pod chain's final drop (Options.Counters, see counters.go).
 // Version 5 may log, in the chains of logged namespaces, each allowing
 // rule and each pod chain's drop in a rule of its own ahead of it, with a
-// limit (Options.FlowLog, see flowlog.go).
-const Layout = 5
+// limit (Options.FlowLog, see flowlog.go). Version 6 lets neighbour
+// discovery through only with hop limit 255, as it is sent: a routed
+// packet of those ICMPv6 types is judged by policy.
+const Layout = 6
 
 // previousLayout is set, at link time only, by the tests of an upgrade
 // under probing (test/e2e), which need two builds whose layouts differ:

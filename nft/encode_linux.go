@@ -276,6 +276,13 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 					&expr.Cmp{Op: expr.CmpOpGte, Register: reg1, Data: []byte{e.First}},
 					&expr.Cmp{Op: expr.CmpOpLte, Register: reg1, Data: []byte{e.Last}})
 			}
+			if e.HopLimit != 0 {
+				// ip6 hoplimit: byte 7 of the IPv6 header; the nfproto
+				// check above already stands for it, as nft writes it.
+				out = append(out,
+					&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 7, Len: 1},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{e.HopLimit}})
+			}
 		case MarkBitsSet:
 			out = append(out,
 				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},

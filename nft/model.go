@@ -148,9 +148,10 @@ type AddrProtoPortInSet struct {
 	Set    string
 }
 
-// ICMPv6TypeRange matches IPv6 ICMP messages of a type in [First, Last]:
-// `icmpv6 type 133-137`.
-type ICMPv6TypeRange struct{ First, Last uint8 }
+// ICMPv6TypeRange matches IPv6 ICMP messages of a type in [First, Last],
+// and with HopLimit, unless it is 0, as their hop limit:
+// `icmpv6 type 133-137 ip6 hoplimit 255`.
+type ICMPv6TypeRange struct{ First, Last, HopLimit uint8 }
 
 // MarkBitsSet matches when all of Bits are set in the packet mark:
 // `meta mark & 0x00000040 == 0x00000040`.

@@ -160,10 +160,14 @@ func renderExpr(e Expr) string {
 	case AddrProtoPortInSet:
 		return fmt.Sprintf("%s %s . meta l4proto . th dport @%s", e.Family.Keyword(), e.Field, e.Set)
 	case ICMPv6TypeRange:
+		s := fmt.Sprintf("icmpv6 type %d-%d", e.First, e.Last)
 		if e.First == e.Last {
-			return fmt.Sprintf("icmpv6 type %d", e.First)
+			s = fmt.Sprintf("icmpv6 type %d", e.First)
 		}
-		return fmt.Sprintf("icmpv6 type %d-%d", e.First, e.Last)
+		if e.HopLimit != 0 {
+			s += fmt.Sprintf(" ip6 hoplimit %d", e.HopLimit)
+		}
+		return s
 	case MarkBitsSet:
 		return fmt.Sprintf("meta mark & 0x%08x == 0x%08x", e.Bits, e.Bits)
 	case MarkBitsClear:

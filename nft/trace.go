@@ -11,6 +11,10 @@ type Packet struct {
 	Proto    Proto
 	Dport    uint16 // ignored for protocols without ports
 	ICMPType uint8  // for ICMP and ICMPv6
+	// HopLimit is the IPv6 hop limit as the forward hook sees it: 255 only
+	// for a packet that was not routed (neighbour discovery on a bridge),
+	// since routing decrements it first.
+	HopLimit uint8
 	Mark     uint32
 	// CtMark is the conntrack mark of the packet's connection: zero for
 	// the first packet of one (NEW), which is all the policy judges.
@@ -136,7 +140,8 @@ func (tr *tracer) match(e Expr) (ok, isMatch bool) {
 	case AddrProtoPortInSet:
 		return tr.inFamily(e.Family) && tr.lookup(e.Set, tr.addr(e.Field), p.Proto, p.Dport), true
 	case ICMPv6TypeRange:
-		return FamilyOf(p.Src) == IPv6 && p.Proto == ProtoICMPv6 && p.ICMPType >= e.First && p.ICMPType <= e.Last, true
+		return FamilyOf(p.Src) == IPv6 && p.Proto == ProtoICMPv6 && p.ICMPType >= e.First && p.ICMPType <= e.Last &&
+			(e.HopLimit == 0 || p.HopLimit == e.HopLimit), true
 	case MarkBitsSet:
 		return p.Mark&e.Bits == e.Bits, true
 	case MarkBitsClear:
