@@ -69,7 +69,10 @@ const (
 // A write is an assignment of the mark: Bits are the bits it may change,
 // Value the constant it sets them to where there is one. `meta mark set
 // meta mark | 0x4000` writes Bits 0x4000; `meta mark set 0x4000` and `meta
-// mark set ct mark` write all 32.
+// mark set ct mark` write all 32, and so does `ct mark set meta mark &
+// 0x4`, which clears every other bit of the conntrack mark. A copy from
+// one mark into the other also reads the bits it carries over: `ct mark
+// set meta mark & 0x4` reads meta mark Bits 0x4.
 type MarkUse struct {
 	Chain  string
 	Handle uint64

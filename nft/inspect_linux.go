@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/xt"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,6 +47,11 @@ func (c *Conn) inspect() (*Inspection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inspect ruleset: netlink: %w", err)
 	}
+	raw, err := c.dial()
+	if err != nil {
+		return nil, fmt.Errorf("inspect ruleset: netlink: %w", err)
+	}
+	defer raw.Close()
 	tables, err := nl.ListTables()
 	if err != nil {
 		return nil, fmt.Errorf("inspect ruleset: list tables: %w", err)
@@ -82,13 +88,13 @@ func (c *Conn) inspect() (*Inspection, error) {
 			}
 			ic.Hook = h
 		}
-		rules, err := nl.GetRules(ch.Table, ch)
+		rules, err := inspectRules(raw, ch.Table.Family, ch.Table.Name, ch.Name)
 		if err != nil {
 			it.Errors = append(it.Errors, fmt.Sprintf("chain %s: %v", ch.Name, err))
 		}
 		ic.Rules = len(rules)
 		for _, r := range rules {
-			it.Marks = append(it.Marks, MarkUses(ch.Name, r.Handle, r.Exprs)...)
+			it.Marks = append(it.Marks, MarkUses(ch.Name, r.handle, r.exprs)...)
 		}
 		it.Chains = append(it.Chains, ic)
 	}
@@ -106,6 +112,155 @@ func (c *Conn) inspect() (*Inspection, error) {
 		return a.Name < b.Name
 	})
 	return in, nil
+}
+
+// Reading rules.
+//
+// The rules are dumped raw and their expressions decoded here rather than
+// with google/nftables' Conn.GetRules, whose decoders lose what MarkUses
+// needs: v0.3.0 decodes a ct expression's NFTA_CT_DREG but not its
+// NFTA_CT_SREG, so `ct mark set meta mark` ([ ct set mark with reg 1 ])
+// comes back as a load of the ct mark into no register, and the write is
+// gone; and it drops an expression it does not know instead of saying one
+// was there, which could let a mark seem to pass through it. Its meta
+// decoder reads NFTA_META_SREG and is used as it is.
+
+// An inspectedRule is one rule of a chain, as MarkUses reads it.
+type inspectedRule struct {
+	handle uint64
+	exprs  []expr.Any // nil for an expression decodeExpr does not know
+}
+
+// inspectRules dumps the rules of one chain of any family over nl. A dump
+// that a commit interrupts is not retried here: the commit changes the
+// ruleset generation, and Inspect reads everything again.
+func inspectRules(nl *netlink.Conn, family nftables.TableFamily, table, chain string) ([]inspectedRule, error) {
+	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_RULE_TABLE, Data: []byte(table + "\x00")},
+		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(chain + "\x00")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	req := netlink.Message{
+		Header: netlink.Header{Type: nftMsgType(unix.NFT_MSG_GETRULE), Flags: netlink.Request | netlink.Dump},
+		Data:   append(nfgenmsg(uint8(family), 0), attrs...),
+	}
+	if _, err := nl.Send(req); err != nil {
+		return nil, err
+	}
+	var rules []inspectedRule
+	var decodeErr error
+	for m, err := range nl.ReceiveIter() {
+		if err != nil {
+			return nil, err
+		}
+		if decodeErr != nil || m.Header.Type != nftMsgType(unix.NFT_MSG_NEWRULE) || len(m.Data) < 4 {
+			continue // read the dump to its end
+		}
+		var r inspectedRule
+		var rchain []byte
+		decodeErr = walk(m.Data[4:], func(typ uint16, data []byte) error {
+			switch typ {
+			case unix.NFTA_RULE_CHAIN:
+				rchain = data
+			case unix.NFTA_RULE_HANDLE:
+				if len(data) == 8 {
+					r.handle = binary.BigEndian.Uint64(data)
+				}
+			case unix.NFTA_RULE_EXPRESSIONS:
+				return walk(data, func(typ uint16, data []byte) error {
+					if typ == unix.NFTA_LIST_ELEM {
+						e, err := decodeExpr(byte(family), data)
+						r.exprs = append(r.exprs, e)
+						return err
+					}
+					return nil
+				})
+			}
+			return nil
+		})
+		if str(rchain) == chain {
+			rules = append(rules, r)
+		}
+	}
+	return rules, decodeErr
+}
+
+// inspectExprs are the expressions decodeExpr knows: those MarkUses
+// follows registers through.
+var inspectExprs = map[string]func() expr.Any{
+	"meta":      func() expr.Any { return &expr.Meta{} },
+	"ct":        func() expr.Any { return &expr.Ct{} },
+	"immediate": func() expr.Any { return &expr.Immediate{} },
+	"bitwise":   func() expr.Any { return &expr.Bitwise{} },
+	"cmp":       func() expr.Any { return &expr.Cmp{} },
+	"range":     func() expr.Any { return &expr.Range{} },
+	"lookup":    func() expr.Any { return &expr.Lookup{} },
+	"payload":   func() expr.Any { return &expr.Payload{} },
+	"exthdr":    func() expr.Any { return &expr.Exthdr{} },
+	"fib":       func() expr.Any { return &expr.Fib{} },
+	"rt":        func() expr.Any { return &expr.Rt{} },
+	"socket":    func() expr.Any { return &expr.Socket{} },
+	"numgen":    func() expr.Any { return &expr.Numgen{} },
+	"hash":      func() expr.Any { return &expr.Hash{} },
+	"byteorder": func() expr.Any { return &expr.Byteorder{} },
+	"target":    func() expr.Any { return &expr.Target{} },
+	"match":     func() expr.Any { return &expr.Match{} },
+	"counter":   func() expr.Any { return &expr.Counter{} },
+	"log":       func() expr.Any { return &expr.Log{} },
+	"limit":     func() expr.Any { return &expr.Limit{} },
+	"quota":     func() expr.Any { return &expr.Quota{} },
+	"objref":    func() expr.Any { return &expr.Objref{} },
+	"nat":       func() expr.Any { return &expr.NAT{} },
+	"masq":      func() expr.Any { return &expr.Masq{} },
+	"redir":     func() expr.Any { return &expr.Redir{} },
+	"reject":    func() expr.Any { return &expr.Reject{} },
+	"dynset":    func() expr.Any { return &expr.Dynset{} },
+	"notrack":   func() expr.Any { return &expr.Notrack{} },
+	"queue":     func() expr.Any { return &expr.Queue{} },
+	"connlimit": func() expr.Any { return &expr.Connlimit{} },
+}
+
+// decodeExpr decodes one expression (the attributes of an NFTA_LIST_ELEM
+// of NFTA_RULE_EXPRESSIONS) of a rule of family fam: nil, with no error,
+// for one it does not know, which MarkUses takes as unknown (it forgets
+// every register).
+func decodeExpr(fam byte, b []byte) (expr.Any, error) {
+	var name string
+	var data []byte
+	if err := walk(b, func(typ uint16, v []byte) error {
+		switch typ {
+		case unix.NFTA_EXPR_NAME:
+			name = str(v)
+		case unix.NFTA_EXPR_DATA:
+			data = v
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	mk := inspectExprs[name]
+	if mk == nil {
+		return nil, nil
+	}
+	e := mk()
+	if err := expr.Unmarshal(fam, data, e); err != nil {
+		return nil, fmt.Errorf("expression %s: %w", name, err)
+	}
+	if ct, ok := e.(*expr.Ct); ok {
+		// NFTA_CT_SREG, which v0.3.0 skips: a write of the key from it.
+		err := walk(data, func(typ uint16, v []byte) error {
+			if typ == unix.NFTA_CT_SREG {
+				ct.Register, ct.SourceRegister = u32(v), true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
 // familyName is nft's name of a table family.
@@ -197,7 +352,16 @@ func MarkUses(chain string, handle uint64, exprs []expr.Any) []MarkUse {
 			use(MarkUse{Kind: kind, Write: true, Bits: ^m.and | m.xor, Value: m.xor})
 		case ok && m.kind == "":
 			use(MarkUse{Kind: kind, Write: true, Bits: ^uint32(0), Value: m.xor})
-		default: // from the other mark, or from anything else
+		case ok:
+			// From the other mark: a copy, which reads the bits it
+			// carries over, as CONNMARK --save-mark and --restore-mark
+			// do; and the whole mark is replaced, the bits the mask
+			// clears included (`ct mark set meta mark & 0x4`).
+			if m.and != 0 {
+				use(MarkUse{Kind: m.kind, Bits: m.and})
+			}
+			use(MarkUse{Kind: kind, Write: true, Bits: ^uint32(0)})
+		default: // from anything else
 			use(MarkUse{Kind: kind, Write: true, Bits: ^uint32(0)})
 		}
 	}
