@@ -16,7 +16,9 @@
 //   - The mark bits every other table reads and writes, decoded rule by
 //     rule (nft.MarkUses: native meta and ct mark expressions, and the
 //     xtables MARK, CONNMARK, mark and connmark extensions iptables-nft
-//     leaves in its rules), against our mask, in the packet mark and the
+//     leaves in its rules; a copy of one mark into the other, such as
+//     `ct mark set meta mark & 0x4`, reads the bits it copies and writes
+//     all 32), against our mask, in the packet mark and the
 //     conntrack mark alike (our revoked bit lives in the latter); and the
 //     known components (enforcer.KnownMarkUsers) whose bits the mask
 //     overlaps. Exact compares of the whole mark (`meta mark 0x4000`) are
@@ -61,6 +63,19 @@
 // [base chains], [marks], [our table], [kernel features] and [warnings],
 // one fact per line, ending with "warnings: N". Every line with a
 // variable part (the generation, the owner's id and time) names it first.
+//
+// Names come from the kernel, and netlink takes any bytes in them, nft's
+// parser aside: newlines, terminal escapes, spaces, brackets. A name of
+// table, chain or device, and an owner id, prints as it is when it is
+// plain, printable ASCII with no space, quote, backslash or bracket, as
+// every name nftpolicy, kube-proxy, Calico and the xtables tools write
+// is; any other is quoted in Go syntax, ASCII only ("x\n[our table]",
+// "c\x1b[2J"), in the text and in the warning messages (the JSON's too).
+// Whatever else a line holds (a kernel error, a drift description) is
+// escaped the same way where it is not printable ASCII. So no name can
+// make a line, a section or an [ours] of its own, and the layout of an
+// ordinary namespace does not change. JSON holds the names as they are:
+// encoding/json escapes them.
 //
 // # JSON
 //

@@ -247,7 +247,7 @@ func Build(f Facts, opts Options) *Report {
 		}
 		components[t.Family+" "+t.Name] = classify(s, opts.Table)
 		for _, e := range t.Errors {
-			warn(WarnUnreadable, "%s %s %s: its marks are not counted", t.Family, t.Name, e)
+			warn(WarnUnreadable, "%s %s %s: its marks are not counted", t.Family, quoteName(t.Name), e)
 		}
 	}
 	r.buildHooks(in, components, opts.Table)
@@ -350,10 +350,10 @@ func (r *Report) priorityWarnings(warn func(kind, format string, args ...any)) {
 				case c.Ours:
 				case c.Priority == ours.Priority:
 					warn(WarnSamePriority, "%s %s %s has the priority %d of our %s on hook %s: which runs first is undefined",
-						c.Family, c.Table, c.Chain, c.Priority, ours.Chain, h.Hook)
+						c.Family, quoteName(c.Table), quoteName(c.Chain), c.Priority, quoteName(ours.Chain), h.Hook)
 				case c.Priority < ours.Priority && c.Type == "filter" && watched(c.Component):
 					warn(WarnAhead, "%s filter chain %s %s %s (priority %d) runs ahead of our %s (priority %d) on hook %s: its accept and its marks come first",
-						c.Component, c.Family, c.Table, c.Chain, c.Priority, ours.Chain, ours.Priority, h.Hook)
+						c.Component, c.Family, quoteName(c.Table), quoteName(c.Chain), c.Priority, quoteName(ours.Chain), ours.Priority, h.Hook)
 				}
 			}
 		}
@@ -383,7 +383,7 @@ func (r *Report) buildMarks(in *nft.Inspection, components map[string]string, op
 			tm.Uses = append(tm.Uses, Use{Chain: u.Chain, Handle: u.Handle, Mark: string(u.Kind), Access: access,
 				Bits: Hex(u.Bits), Value: Hex(u.Value), Exact: u.Exact, Via: u.Via, Undecoded: u.Undecoded})
 			if u.Undecoded {
-				warn(WarnUndecoded, "%s %s chain %s rule %d: %s, counted as %s all bits", t.Family, t.Name, u.Chain, u.Handle, u.Via, access)
+				warn(WarnUndecoded, "%s %s chain %s rule %d: %s, counted as %s all bits", t.Family, quoteName(t.Name), quoteName(u.Chain), u.Handle, u.Via, access)
 			}
 			switch {
 			case u.Exact:
@@ -415,7 +415,7 @@ func (r *Report) buildMarks(in *nft.Inspection, components map[string]string, op
 					what = append(what, fmt.Sprintf("%s %s", p.name, p.bits&Hex(mask)))
 				}
 			}
-			warn(WarnMarkOverlap, "%s %s (%s) uses bits of our mask %s: %s", t.Family, t.Name, tm.Component, Hex(mask), strings.Join(what, ", "))
+			warn(WarnMarkOverlap, "%s %s (%s) uses bits of our mask %s: %s", t.Family, quoteName(t.Name), tm.Component, Hex(mask), strings.Join(what, ", "))
 		}
 		r.Marks.Tables = append(r.Marks.Tables, tm)
 	}
@@ -455,9 +455,9 @@ func (r *Report) buildOurs(f Facts, opts Options, warn func(kind, format string,
 	switch {
 	case f.AliveErr != nil:
 		o.Owner.AliveErr = f.AliveErr.Error()
-		warn(WarnOwner, "cannot tell whether owner %s runs: %v", rec.ID(), f.AliveErr)
+		warn(WarnOwner, "cannot tell whether owner %s runs: %v", quoteName(rec.ID()), f.AliveErr)
 	case !f.Alive:
-		warn(WarnOwner, "owner %s does not run: no daemon keeps the table in step with the cluster (as after `nftpolicy apply`)", rec.ID())
+		warn(WarnOwner, "owner %s does not run: no daemon keeps the table in step with the cluster (as after `nftpolicy apply`)", quoteName(rec.ID()))
 	}
 	if rec.Layout != enforcer.Layout {
 		warn(WarnLayout, "the table has layout %d, this build writes %d: a daemon of this build replaces it whole at its start", rec.Layout, enforcer.Layout)
