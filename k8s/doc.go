@@ -67,15 +67,35 @@
 //     left out, as it is when the compiler would ignore it anyway (no
 //     address, hostNetwork, finished): a guess there could make a node's
 //     address a pod's;
-//   - a Namespace or Node is left out, which fails closed: the namespace
-//     carries only its name label, the node's addresses are not allowed.
+//   - a Namespace stays with only its labels that are valid strings (and
+//     its name label). Left out, it would carry only its name label, and a
+//     namespace selector on the absence of a label would name its pods as
+//     peers where its true labels would not: with env: prod next to an
+//     invalid label, a rule allowing "env NotIn [prod]" let its pods in.
+//     When every label it has is kept (it was rejected for an annotation,
+//     or its apiVersion), selectors read it as usual. When one is left
+//     out, it is quarantined (Snapshot.QuarantinedNamespaces): no
+//     namespace selector names its pods as peers, except one that reads
+//     nothing but the kubernetes.io/metadata.name label, which is always
+//     the namespace's name. That includes the empty selector
+//     (namespaceSelector: {}), which names every namespace whatever its
+//     labels: not knowing them changes nothing it decides, and refusing it
+//     would deny what its author allowed for no safety. A selector on a
+//     label the stand-in kept (env In [prod]) does not name it either: the
+//     rest of its labels are not known, and failing closed is one rule
+//     where two would invite a mistake. Policies of the namespace still
+//     select its pods by their own labels, which are known, and a
+//     podSelector peer alone still names them within it. It is left out
+//     only when its name is invalid;
+//   - a Node is left out, which fails closed: its addresses are not
+//     allowed.
 //
 // Each is still an error (not a Warning), so what is enforced is not taken
 // for what the files say; ObjectError.StandIn says a stand-in is in
 // effect, and ObjectError.Lost that the object is left out with nothing in
-// its place (a Namespace or Node, a stand-in that cannot be made, or a
-// document whose kind or name cannot be read), which a caller holding an
-// earlier state may choose not to program.
+// its place (a Node, a stand-in that cannot be made, or a document whose
+// kind or name cannot be read), which a caller holding an earlier state
+// may choose not to program.
 //
 // When the same kind, namespace and name is defined more than once, in one
 // file or across files, and every definition is valid and equal to the
@@ -94,8 +114,50 @@
 // new to the watcher) a Pod keeps the addresses, node and phase its
 // definitions agree on, with the labels they all have alike (the
 // containers only if they agree), as above, quarantined when they
-// disagree on its labels, and is left out if they disagree on anything but
-// labels and containers; a Namespace or Node is left out.
+// disagree on its labels. A Namespace keeps the labels its definitions
+// have alike, quarantined when they disagree on one (as above); a Node is
+// left out.
+//
+// When a Pod's definitions disagree on where it is (its addresses, node,
+// phase or hostNetwork) no one place can be trusted, but the pod certainly
+// exists, and left out it would be no target and its address no pod's,
+// which opens it. So it is unsettled (Snapshot.Unsettled): quarantined at
+// every address any definition gives, and on every node one of those
+// definitions names. The compiler of each such node isolates it there
+// both ways with nothing allowed, whatever the other definitions say of
+// the node; no policy selects it and no pod selector names it as a peer.
+// Where an address is another known pod's, the compiler's
+// one-pod-per-address rules leave it to that pod on the same node (a
+// broken duplicate must not take a healthy pod's address, and with it its
+// policies, away), while a pod this node runs still wins an address over
+// a pod of another node (isolating the address here is what fails
+// closed). A hostNetwork definition gives no address (its addresses are
+// its node's), nor does a rejected one whose place cannot be read; a
+// finished one's addresses count, as the pod may be running there as
+// another says. The Pod in the Snapshot is one definition's place, for
+// readers that do not know Unsettled. If no definition gives an address
+// it is left out, as the compiler would ignore it anyway.
+//
+// # What fails open at a fresh start
+//
+// Nothing can stand in for what cannot be read at all: a document whose
+// kind or name cannot be read, a kind typo (kind: NetworkPolicyy), a file
+// that does not parse (from the error on), a rename to an invalid name,
+// a NetworkPolicy or Namespace whose name is invalid, a Pod whose node,
+// addresses, phase or hostNetwork cannot be read, and a rejected Node.
+// Under WatchDir such a document keeps what its file held before (below),
+// and a daemon restarted over the table it programmed holds that table
+// until the files load (ObjectError.Lost, DirUpdate.Err). But at a fresh
+// start with no table to hold (a new node, after cleanup, or a held table
+// someone deleted) what they define is simply missing, and that fails
+// open: a NetworkPolicy that cannot be read isolates nothing, so the pods
+// only it isolated are open; a Pod that cannot be placed is no target and
+// its address no pod's; a Namespace that cannot be named carries only its
+// name label, so selectors on the absence of a label name its pods. Each
+// is an error, never a Warning, and the daemon's /readyz answers 503 and
+// names them (the first few), so that such a node is not taken for one
+// enforcing what the files say. Validate manifests before they reach the
+// directory (kubectl apply --dry-run=server --validate=strict).
 //
 // # Watching a directory
 //

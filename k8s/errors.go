@@ -88,9 +88,10 @@ func (e *ObjectError) Warning() bool {
 // Lost reports whether e may have left objects out of the Snapshot that
 // nothing stands for: it is no Warning, and neither a last good version
 // (KeptLastGood) nor a stand-in (StandIn) is in effect in their place. A
-// document whose kind or name cannot be read, a kind typo or a rejected
-// Namespace or Node with no earlier version are such errors: what they
-// define is not in the Snapshot, and leaving it out can open pods.
+// document whose kind or name cannot be read, a kind typo, a rejected Node
+// with no earlier version, or an object whose stand-in cannot be made (an
+// invalid name, a Pod whose place cannot be read) are such errors: what
+// they define is not in the Snapshot, and leaving it out can open pods.
 func (e *ObjectError) Lost() bool {
 	return !e.Warning() && !e.KeptLastGood && !e.StandIn
 }

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 )
 
@@ -30,7 +32,10 @@ import (
 //   - a NetworkPolicy keeps nil and empty lists apart exactly as the
 //     document wrote them (ingress, egress, from, to, ports);
 //   - every object merge puts into the Snapshot passes Admit unchanged,
-//     including the isolate-only stand-in for a duplicated policy.
+//     including the isolate-only stand-in for a duplicated policy;
+//   - Quarantined names pods of the Snapshot, QuarantinedNamespaces its
+//     namespaces, and Unsettled quarantined pods, each at one address or
+//     more that parse.
 //
 // The seed corpus is testdata/fuzz/FuzzLoadFile plus the files below;
 // `go test` runs them as ordinary tests. Run longer with `make fuzz`.
@@ -40,6 +45,8 @@ func FuzzLoadFile(f *testing.F) {
 		"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: x}\nspec:\n  podSelector: {}\n  ingress: []\n  egress:\n  - to: []\n    ports: [{port: serve-80, protocol: UDP}, {port: 80, endPort: 90}]\n",
 		"apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: a, namespace: x}\n  status: {podIP: 10.0.0.1}\n- null\n- kind: Node\n",
 		"---\n# only a comment\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: \"y\", name: z}\n",
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: w, labels: {env: prod, bad: \"x \"}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: w}\n",
+		"kind: Pod\napiVersion: v1\nmetadata: {name: a, namespace: x}\nspec: {nodeName: n1}\nstatus: {podIP: 10.0.0.1}\n---\nkind: Pod\napiVersion: v1\nmetadata: {name: a, namespace: x}\nspec: {nodeName: n2}\nstatus: {podIP: 10.0.0.2}\n",
 	} {
 		f.Add([]byte(seed), false)
 	}
@@ -73,7 +80,45 @@ func FuzzLoadFile(f *testing.F) {
 		for _, o := range objs {
 			checkAdmitted(t, "snapshot", o)
 		}
+		checkQuarantine(t, snap)
 	})
+}
+
+// checkQuarantine checks that what a Snapshot quarantines is in it.
+func checkQuarantine(t *testing.T, snap *Snapshot) {
+	t.Helper()
+	pods, nss := map[types.NamespacedName]bool{}, map[string]bool{}
+	for _, p := range snap.Pods {
+		pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = true
+	}
+	for _, ns := range snap.Namespaces {
+		nss[ns.Name] = true
+	}
+	quarantined := map[types.NamespacedName]bool{}
+	for _, q := range snap.Quarantined {
+		quarantined[q] = true
+		if !pods[q] {
+			t.Errorf("Quarantined names %s, which is no pod of the Snapshot", q)
+		}
+	}
+	for _, ns := range snap.QuarantinedNamespaces {
+		if !nss[ns] {
+			t.Errorf("QuarantinedNamespaces names %s, which is no namespace of the Snapshot", ns)
+		}
+	}
+	for _, u := range snap.Unsettled {
+		if !quarantined[types.NamespacedName{Namespace: u.Namespace, Name: u.Name}] {
+			t.Errorf("Unsettled %s/%s is not quarantined", u.Namespace, u.Name)
+		}
+		if len(u.IPs) == 0 {
+			t.Errorf("Unsettled %s/%s has no address", u.Namespace, u.Name)
+		}
+		for _, ip := range u.IPs {
+			if a, err := netip.ParseAddr(ip); err != nil || a.String() != ip {
+				t.Errorf("Unsettled %s/%s: address %q is not canonical (%v)", u.Namespace, u.Name, ip, err)
+			}
+		}
+	}
 }
 
 // A fuzzDoc is one document of a manifest file as counted independently of

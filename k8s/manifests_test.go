@@ -3,6 +3,7 @@ package k8s
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -272,7 +273,8 @@ func TestLoadBroken(t *testing.T) {
 		{
 			file: "bad-list-item.yaml",
 			want: `bad-list-item.yaml doc 0 item 1: Namespace bad: metadata.labels: "not a valid value!" is invalid: a valid label must be`,
-			keep: []string{"Namespace ok-list-item"},
+			// The rejected Namespace stays, quarantined (the stand-in).
+			keep: []string{"Namespace bad", "Namespace ok-list-item"},
 		},
 		{
 			file: "bad-json.json",
@@ -375,9 +377,12 @@ func TestLoadFS(t *testing.T) {
 				"a.yaml": ns("x"),
 				"b.yml":  ns("x") + "  labels: {team: b}\n",
 			},
+			// No definition wins: the namespace stays with the labels both
+			// agree on, quarantined.
+			want: []string{"Namespace x"},
 			wantErrs: []string{
-				"a.yaml doc 0: Namespace x: duplicate object, also defined at b.yml doc 0; every definition is left out",
-				"b.yml doc 0: Namespace x: duplicate object, also defined at a.yaml doc 0; every definition is left out",
+				"a.yaml doc 0: Namespace x: duplicate object, also defined at b.yml doc 0; no earlier version is known, so the namespace keeps the labels every definition agrees on, quarantined",
+				"b.yml doc 0: Namespace x: duplicate object, also defined at a.yaml doc 0; no earlier version is known, so the namespace keeps the labels every definition agrees on, quarantined",
 			},
 		},
 		{
@@ -477,6 +482,7 @@ func TestLoadFS(t *testing.T) {
 			files: map[string]string{
 				"a.yaml": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  labels: {version: 2}\n",
 			},
+			want:     []string{"Namespace a"}, // quarantined, without the label
 			wantErrs: []string{"a.yaml doc 0: Namespace a: json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string (quote a number meant as a string)"},
 		},
 		{
@@ -591,8 +597,13 @@ func TestObjectError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(snap); len(got) != 0 {
-		t.Errorf("objects: %v, want none (Namespace m is defined twice)", got)
+	// Namespace m is defined twice, differently: quarantined. The pod has
+	// no address: no stand-in.
+	if got := fmt.Sprint(names(snap)); got != "[Namespace m]" {
+		t.Errorf("objects: %v, want [Namespace m] (defined twice: quarantined)", got)
+	}
+	if got := fmt.Sprint(snap.QuarantinedNamespaces); got != "[m]" {
+		t.Errorf("quarantined namespaces: %v, want [m]", got)
 	}
 	if len(objErrs) != 4 {
 		t.Fatalf("errors: %v, want 4", errorStrings(objErrs))

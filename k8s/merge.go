@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -30,16 +31,26 @@ func merge(loads []*fileLoad) (*Snapshot, []*ObjectError) {
 
 // A previous is what WatchDir had in effect before a change.
 type previous struct {
-	objs        map[objectKey]runtime.Object // every object of the snapshot in effect
-	quarantined map[objectKey]bool           // the pods of it that were quarantined (Snapshot.Quarantined)
-	held        [][]objectKey                // per load, in the order given to mergeOver: the keys that file held
+	objs map[objectKey]runtime.Object // every object of the snapshot in effect
+	// the pods and namespaces of it that were quarantined
+	// (Snapshot.Quarantined, Snapshot.QuarantinedNamespaces)
+	quarantined map[objectKey]bool
+	unsettled   map[objectKey]*UnsettledPod // the pods of it that were unsettled (Snapshot.Unsettled)
+	held        [][]objectKey               // per load, in the order given to mergeOver: the keys that file held
 }
 
 // previousOf returns the state in effect in s, for mergeOver.
 func previousOf(s *Snapshot) *previous {
-	p := &previous{objs: objectsOf(s), quarantined: map[objectKey]bool{}}
+	p := &previous{objs: objectsOf(s), quarantined: map[objectKey]bool{}, unsettled: map[objectKey]*UnsettledPod{}}
 	for _, q := range s.Quarantined {
 		p.quarantined[objectKey{"Pod", q.Namespace, q.Name}] = true
+	}
+	for _, ns := range s.QuarantinedNamespaces {
+		p.quarantined[objectKey{"Namespace", "", ns}] = true
+	}
+	for i := range s.Unsettled {
+		u := &s.Unsettled[i]
+		p.unsettled[objectKey{"Pod", u.Namespace, u.Name}] = u
 	}
 	return p
 }
@@ -53,9 +64,20 @@ func (p *previous) last(key objectKey) runtime.Object {
 }
 
 // lastQuarantined reports whether the object in effect under key is a pod
-// whose labels were not known: a kept stand-in stays quarantined.
+// or namespace whose labels were not known: a kept stand-in stays
+// quarantined.
 func (p *previous) lastQuarantined(key objectKey) bool {
 	return p != nil && p.quarantined[key]
+}
+
+// lastUnsettled returns where the pod in effect under key might be when
+// its definitions disagreed on it (Snapshot.Unsettled), or nil: a kept
+// stand-in stays where it was.
+func (p *previous) lastUnsettled(key objectKey) *UnsettledPod {
+	if p == nil {
+		return nil
+	}
+	return p.unsettled[key]
 }
 
 // maxKeptNamed bounds the objects an error lists by name.
@@ -86,23 +108,27 @@ const maxKeptNamed = 5
 //     before the definitions started to disagree: dropping a pod opens it
 //     (it is no longer a target), and keeping one definition means trusting
 //     labels or addresses that the other contradicts. With no version in
-//     prev a Pod keeps only what its definitions agree on (agreedPod), and
-//     a Namespace or Node is left out (which fails closed: a namespace
-//     then carries only its name label, a node's addresses are not
-//     allowed), and the error says which files to fix.
+//     prev a Pod keeps only what its definitions agree on (agreedPod), or
+//     when they disagree on where it is, is quarantined at every place
+//     they give (unsettledPod); a Namespace keeps the labels its
+//     definitions agree on, quarantined when they disagree
+//     (agreedNamespace); a Node is left out (which fails closed: its
+//     addresses are not allowed); and the error says which files to fix.
 //
 // An object whose only definitions are rejected (they do not decode, do
 // not validate, or have the wrong apiVersion) keeps its version in prev, as
 // the API server keeps an object when an update is rejected; dropping it
 // would open its pods. With no version in prev (a fresh start after a
 // crash or a rollout looks exactly like this, so it cannot be read as "the
-// API server would reject the create") a NetworkPolicy or Pod gets its
-// stand-in (standIn), which fails closed, and a Namespace or Node is left
-// out.
+// API server would reject the create") a NetworkPolicy, Pod or Namespace
+// gets its stand-in (standIn), which fails closed, and a Node is left out.
 //
-// A Pod kept as a stand-in that lacks a label of the pod (podStandIn,
-// agreedPod), or kept from prev where it was such a stand-in, is named in
-// Snapshot.Quarantined. Each error says what is in effect in its object's
+// A Pod or Namespace kept as a stand-in that lacks a label of the object
+// (podStandIn, agreedPod, unsettledPod, namespaceStandIn,
+// agreedNamespace), or kept from prev where it was such a stand-in, is
+// named in Snapshot.Quarantined or Snapshot.QuarantinedNamespaces, and a
+// Pod placed by unsettledPod (or kept from prev where it was) in
+// Snapshot.Unsettled. Each error says what is in effect in its object's
 // place: KeptLastGood, StandIn, or neither (ObjectError.Lost).
 //
 // A rejected document that cannot be pinned to an object of prev (its
@@ -134,14 +160,27 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 	var snap Snapshot
 	used := map[objectKey]bool{}
 	// use puts obj in the Snapshot under key; quarantined says that it is
-	// a pod whose true labels are not known (Snapshot.Quarantined).
-	use := func(key objectKey, obj runtime.Object, quarantined bool) {
+	// a pod or namespace whose true labels are not known
+	// (Snapshot.Quarantined, QuarantinedNamespaces), where, for a pod,
+	// every place its differing definitions give (Snapshot.Unsettled).
+	use := func(key objectKey, obj runtime.Object, quarantined bool, where *UnsettledPod) {
 		// Once per key: two files may both keep an object they held.
-		if obj != nil && !used[key] {
-			snap.add(obj)
-			used[key] = true
-			if _, ok := obj.(*corev1.Pod); ok && quarantined {
+		if obj == nil || used[key] {
+			return
+		}
+		snap.add(obj)
+		used[key] = true
+		switch obj.(type) {
+		case *corev1.Pod:
+			if quarantined || where != nil {
 				snap.Quarantined = append(snap.Quarantined, types.NamespacedName{Namespace: key.namespace, Name: key.name})
+			}
+			if where != nil {
+				snap.Unsettled = append(snap.Unsettled, *where)
+			}
+		case *corev1.Namespace:
+			if quarantined {
+				snap.QuarantinedNamespaces = append(snap.QuarantinedNamespaces, key.name)
 			}
 		}
 	}
@@ -155,12 +194,12 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 			d := defs[0]
 			switch old := prev.last(key); {
 			case d.obj != nil:
-				use(key, d.obj, false)
+				use(key, d.obj, false, nil)
 			case old != nil:
-				use(key, old, prev.lastQuarantined(key))
+				use(key, old, prev.lastQuarantined(key), prev.lastUnsettled(key))
 				notes[d.err] = note{text: "its last good version stays in effect (an update the API server would reject)", kept: true}
 			case d.standin != nil:
-				use(key, d.standin, d.quarantined)
+				use(key, d.standin, d.quarantined, nil)
 				notes[d.err] = note{text: "no earlier version is known, so " + standInOutcome(d.standin, d.quarantined), standIn: true}
 			}
 			continue
@@ -168,9 +207,10 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 		kind, outcome, lastGood, stoodIn := ErrDuplicate, "every definition is left out", false, false
 		if identical(defs) {
 			kind, outcome = ErrIdenticalDuplicate, "used once"
-			use(key, defs[0].obj, false)
+			use(key, defs[0].obj, false, nil)
 		} else {
 			var kept runtime.Object
+			var where *UnsettledPod
 			quarantined := false
 			old := prev.last(key)
 			// A policy's stand-in wins over its last good version unless
@@ -182,7 +222,7 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 				}
 			}
 			if kept == nil && old != nil {
-				kept, lastGood, quarantined = old, true, prev.lastQuarantined(key)
+				kept, lastGood, quarantined, where = old, true, prev.lastQuarantined(key), prev.lastUnsettled(key)
 				outcome = "its last good version stays in effect until one is removed"
 			}
 			if kept == nil && key.kind == "Pod" {
@@ -192,9 +232,22 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 					if q {
 						outcome = "no earlier version is known, so the pod stays at its addresses with only the labels every definition agrees on, quarantined as its true labels are not known: isolated for ingress and egress with nothing allowed, selected by no policy and named by no pod selector, until one is removed"
 					}
+				} else if p, w := unsettledPod(defs); p != nil {
+					kept, stoodIn, quarantined, where = p, true, true, w
+					outcome = fmt.Sprintf("no earlier version is known and the definitions disagree on where the pod is, so it is quarantined at every address they give (%s; one another pod holds stays that pod's) and on every node they name (%s): isolated for ingress and egress with nothing allowed, selected by no policy and named by no pod selector, until one is removed",
+						strings.Join(w.IPs, ", "), strings.Join(w.Nodes, ", "))
 				}
 			}
-			use(key, kept, quarantined)
+			if kept == nil && key.kind == "Namespace" {
+				if ns, q := agreedNamespace(key, defs); ns != nil {
+					kept, stoodIn, quarantined = ns, true, q
+					outcome = "no earlier version is known, so the namespace keeps the labels every definition agrees on, until one is removed"
+					if q {
+						outcome = "no earlier version is known, so the namespace keeps the labels every definition agrees on, " + nsQuarantineOutcome + ", until one is removed"
+					}
+				}
+			}
+			use(key, kept, quarantined, where)
 			// A rejected definition's own error says what its duplicate
 			// error says is in effect.
 			for _, d := range defs {
@@ -272,7 +325,7 @@ type note struct {
 // that no load defines any more, and notes it on the first such document's
 // error. It returns the keys kept. See mergeOver.
 func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[objectKey][]*definition,
-	defOf map[*ObjectError]*definition, notes map[*ObjectError]note, use func(objectKey, runtime.Object, bool)) []objectKey {
+	defOf map[*ObjectError]*definition, notes map[*ObjectError]note, use func(objectKey, runtime.Object, bool, *UnsettledPod)) []objectKey {
 	var orphans []objectKey
 	for _, k := range held {
 		if len(byKey[k]) == 0 && prev.last(k) != nil {
@@ -311,7 +364,7 @@ func keepUnaccounted(fl *fileLoad, prev *previous, held []objectKey, byKey map[o
 	}
 	var names []string
 	for _, k := range orphans {
-		use(k, prev.last(k), prev.lastQuarantined(k))
+		use(k, prev.last(k), prev.lastQuarantined(k), prev.lastUnsettled(k))
 		if len(names) < maxKeptNamed {
 			names = append(names, k.String())
 		}
@@ -440,11 +493,12 @@ func isolating(namespace, name string, sel metav1.LabelSelector, types []network
 
 // standIn returns what stands, when no last good version is kept, for a
 // definition of key that was rejected, j being what can be read of its
-// document: see policyStandIn and podStandIn; quarantined says that it is
-// a pod whose true labels are not known (Snapshot.Quarantined). It is nil
-// for other kinds, and when not even the stand-in can be admitted (an
-// invalid name or namespace: no pod can be selected by it, and the
-// Snapshot holds only valid objects).
+// document: see policyStandIn, podStandIn and namespaceStandIn;
+// quarantined says that it is a pod or namespace whose true labels are not
+// known (Snapshot.Quarantined, QuarantinedNamespaces). It is nil for a
+// Node, and when not even the stand-in can be admitted (an invalid name or
+// namespace: no pod can be selected by it, and the Snapshot holds only
+// valid objects).
 func standIn(key objectKey, j []byte) (obj runtime.Object, quarantined bool) {
 	switch key.kind {
 	case "NetworkPolicy":
@@ -455,8 +509,98 @@ func standIn(key objectKey, j []byte) (obj runtime.Object, quarantined bool) {
 		if p, q := podStandIn(key, j); p != nil {
 			obj, quarantined = p, q
 		}
+	case "Namespace":
+		if ns, q := namespaceStandIn(key, j); ns != nil {
+			obj, quarantined = ns, q
+		}
 	}
 	return obj, quarantined
+}
+
+// namespaceStandIn returns the namespace that stands for a rejected
+// Namespace document j when no last good version is kept: the namespace
+// with only the labels that are valid and read as strings (and its name
+// label, which Admit sets). Left out, the namespace would carry only its
+// name label, and a namespace selector on the absence of a label (NotIn,
+// DoesNotExist) would name its pods as peers where its true labels would
+// not: a label "env: prod" next to an invalid one, and a rule allowing
+// "env NotIn [prod]", let its pods in.
+//
+// quarantined is true when a label was left out, or the labels cannot be
+// read at all: the stand-in then lacks a label the namespace has, so no
+// namespace selector may name its pods but one that reads only the name
+// label, which is known (Snapshot.QuarantinedNamespaces). Otherwise the
+// stand-in has every label the document gives (a namespace rejected for an
+// annotation, or a wrong apiVersion) and selectors read it as usual. Only
+// the name matters to where a namespace's pods are, and it is known, so
+// unlike a pod a namespace always gets a stand-in; it is nil only when the
+// name is invalid.
+func namespaceStandIn(key objectKey, j []byte) (ns *corev1.Namespace, quarantined bool) {
+	top, ok := lenientField[map[string]json.RawMessage](map[string]json.RawMessage{"": j}, "")
+	labels, all := trustedLabels(top)
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.name, Labels: labels}}
+	if len(Admit(ns)) != 0 {
+		return nil, false
+	}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return ns, !ok || !all
+}
+
+// trustedLabels returns the labels of the object top (a document read
+// leniently) that are valid and read as strings; all is false when one is
+// left out, or metadata or its labels cannot be read at all.
+func trustedLabels(top map[string]json.RawMessage) (labels map[string]string, all bool) {
+	md, okMD := lenientField[map[string]json.RawMessage](top, "metadata")
+	rawLabels, okLabels := lenientField[map[string]json.RawMessage](md, "labels")
+	all = okMD && okLabels
+	for k, raw := range rawLabels {
+		v, ok := lenientField[string](map[string]json.RawMessage{"": raw}, "")
+		if !ok || len(validation.IsQualifiedName(k)) != 0 || len(validation.IsValidLabelValue(v)) != 0 {
+			all = false
+			continue
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[k] = v
+	}
+	return labels, all
+}
+
+// agreedNamespace returns the namespace that stands for a Namespace
+// defined more than once, differently, when no last good version is kept:
+// the namespace with the labels every definition has alike. quarantined is
+// true when they disagree on the labels, or a definition's labels are not
+// all known (a quarantined stand-in, or none): see namespaceStandIn. Why
+// not leave it out: see namespaceStandIn. It is nil only when the name is
+// invalid.
+func agreedNamespace(key objectKey, defs []*definition) (agreed *corev1.Namespace, quarantined bool) {
+	var labels map[string]string
+	first := true
+	for _, d := range defs {
+		ns, ok := d.obj.(*corev1.Namespace)
+		if !ok {
+			if ns, ok = d.standin.(*corev1.Namespace); !ok {
+				quarantined = true
+				continue
+			}
+			quarantined = quarantined || d.quarantined
+		}
+		if first {
+			labels, first = maps.Clone(ns.Labels), false
+			continue
+		}
+		if !maps.Equal(ns.Labels, labels) {
+			quarantined = true
+			maps.DeleteFunc(labels, func(k, v string) bool { w, ok := ns.Labels[k]; return !ok || w != v })
+		}
+	}
+	agreed = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.name, Labels: labels}}
+	if len(Admit(agreed)) != 0 {
+		return nil, false
+	}
+	agreed.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return agreed, quarantined
 }
 
 // policyStandIn returns the policy that stands for a rejected NetworkPolicy
@@ -518,21 +662,8 @@ func podStandIn(key objectKey, j []byte) (p *corev1.Pod, quarantined bool) {
 	if !ok {
 		return nil, false
 	}
-	md, okMD := lenientField[map[string]json.RawMessage](top, "metadata")
-	rawLabels, okLabels := lenientField[map[string]json.RawMessage](md, "labels")
-	quarantined = !okMD || !okLabels
-	var labels map[string]string
-	for k, raw := range rawLabels {
-		v, ok := lenientField[string](map[string]json.RawMessage{"": raw}, "")
-		if !ok || len(validation.IsQualifiedName(k)) != 0 || len(validation.IsValidLabelValue(v)) != 0 {
-			quarantined = true
-			continue
-		}
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[k] = v
-	}
+	labels, all := trustedLabels(top)
+	quarantined = !all
 	spec, ok1 := lenientField[map[string]json.RawMessage](top, "spec")
 	status, ok2 := lenientField[map[string]json.RawMessage](top, "status")
 	nodeName, ok3 := lenientField[string](spec, "nodeName")
@@ -563,10 +694,11 @@ func podStandIn(key objectKey, j []byte) (p *corev1.Pod, quarantined bool) {
 // named port otherwise matches nothing on it). A rejected definition
 // counts with its stand-in (podStandIn). Why not leave it out: see
 // podStandIn. It is nil when a definition has no stand-in or they
-// disagree on anything but labels and containers: no address can be
-// trusted then. quarantined is true when the definitions disagree on the
-// labels, or a stand-in among them is quarantined: the pod's true labels
-// are not known (see podStandIn).
+// disagree on anything but labels and containers: no one address can be
+// trusted then, and unsettledPod places the pod instead. quarantined is
+// true when the definitions disagree on the labels, or a stand-in among
+// them is quarantined: the pod's true labels are not known (see
+// podStandIn).
 func agreedPod(defs []*definition) (agreed *corev1.Pod, quarantined bool) {
 	var each []*corev1.Pod
 	for _, d := range defs {
@@ -618,6 +750,93 @@ func agreedPod(defs []*definition) (agreed *corev1.Pod, quarantined bool) {
 	return p, quarantined
 }
 
+// unsettledPod returns the pod that stands for a Pod defined more than once
+// when no last good version is kept and agreedPod finds no place every
+// definition agrees on (they disagree on the addresses, node, phase or
+// hostNetwork, or one has no stand-in), and where shows every place they
+// give it (Snapshot.Unsettled); the pod is then quarantined.
+//
+// The pod certainly exists. Left out, it would be no target and its
+// address no pod's, which opens it where policies isolated it; keeping one
+// definition's place would trust what another contradicts. So it is
+// quarantined (isolated both ways with nothing allowed, selected by
+// nothing) at every address any definition gives, and taken to be on
+// every node one of those definitions names: the compiler of a node that
+// a definition names isolates it there, whatever the others say, and no
+// other node does. An address that another pod holds stays that pod's
+// (the compiler's one-pod-per-address rules rank a pod whose place is
+// known above an unsettled one on the same node): a broken duplicate must
+// not take a healthy pod's address, and with it its policies, away. A
+// hostNetwork definition gives no address (its addresses are its node's,
+// and quarantining a node's address would cut the node off from this
+// node's pods), nor does a rejected one whose place cannot be read (no
+// stand-in). A finished definition's addresses count: the pod may be
+// running there as another says.
+//
+// The Pod itself is the first definition that gives an address, preferring
+// one that has not finished, with the labels every definition has alike
+// and no containers, so that it passes Admit and a reader that does not
+// know Unsettled still sees a pod in one of its places. It is nil when no
+// definition gives an address.
+func unsettledPod(defs []*definition) (p *corev1.Pod, where *UnsettledPod) {
+	var base *corev1.Pod
+	var labels map[string]string
+	first := true
+	nodes, ips := map[string]bool{}, map[string]bool{}
+	for _, d := range defs {
+		q, ok := d.obj.(*corev1.Pod)
+		if !ok {
+			if q, ok = d.standin.(*corev1.Pod); !ok {
+				continue
+			}
+		}
+		if first {
+			labels, first = maps.Clone(q.Labels), false
+		} else {
+			maps.DeleteFunc(labels, func(k, v string) bool { w, ok := q.Labels[k]; return !ok || w != v })
+		}
+		if q.Spec.HostNetwork || len(q.Status.PodIPs) == 0 {
+			continue
+		}
+		if base == nil || isFinished(base) && !isFinished(q) {
+			base = q
+		}
+		for _, ip := range q.Status.PodIPs {
+			ips[ip.IP] = true
+		}
+		if q.Spec.NodeName != "" {
+			nodes[q.Spec.NodeName] = true
+		}
+	}
+	if base == nil {
+		return nil, nil
+	}
+	if len(labels) == 0 {
+		labels = nil
+	}
+	p = &corev1.Pod{
+		TypeMeta:   base.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: base.Namespace, Name: base.Name, Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: base.Spec.NodeName},
+		Status:     corev1.PodStatus{Phase: base.Status.Phase, PodIP: base.Status.PodIP, PodIPs: slices.Clone(base.Status.PodIPs)},
+	}
+	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	where = &UnsettledPod{Namespace: base.Namespace, Name: base.Name, Nodes: slices.Sorted(maps.Keys(nodes))}
+	// Admit made every address canonical: equal addresses are equal strings.
+	where.IPs = slices.SortedFunc(maps.Keys(ips), func(a, b string) int {
+		return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b))
+	})
+	return p, where
+}
+
+// isFinished reports whether p is in phase Succeeded or Failed.
+func isFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// nsQuarantineOutcome says what a quarantined namespace's stand-in does.
+const nsQuarantineOutcome = "quarantined as its true labels are not known: no namespace selector names its pods as peers but one that reads only kubernetes.io/metadata.name (the empty one included), and its policies still select its pods"
+
 // standInOutcome says what a stand-in of one rejected definition does;
 // quarantined: see podStandIn.
 func standInOutcome(obj runtime.Object, quarantined bool) string {
@@ -633,6 +852,11 @@ func standInOutcome(obj runtime.Object, quarantined bool) string {
 			return "the pod stays at its addresses with only the labels that are valid, and no named ports, quarantined as its true labels are not known: isolated for ingress and egress with nothing allowed, selected by no policy and named by no pod selector, until it is fixed"
 		}
 		return "the pod stays at its addresses with only the labels that are valid, and no named ports, until it is fixed"
+	case *corev1.Namespace:
+		if quarantined {
+			return "the namespace stays with only the labels that are valid, " + nsQuarantineOutcome + ", until it is fixed"
+		}
+		return "the namespace stays with the labels it gives, until it is fixed"
 	}
 	return "it is left out"
 }

@@ -39,6 +39,47 @@ type Snapshot struct {
 	// label or annotation of the pod, so that no manifest can set or clear
 	// it: only the source decides what it could not read.
 	Quarantined []types.NamespacedName `json:",omitempty"`
+
+	// Unsettled says where the pods of Quarantined might be whose
+	// definitions disagree on where they are (their addresses, node,
+	// phase or hostNetwork) and no earlier version is known: the pod
+	// certainly exists, but not where, and left out it would be no target
+	// and its address no pod's, which opens it. The compiler takes such a
+	// pod as being at every address of the entry (where another pod that
+	// is not unsettled holds one, that pod keeps it: one pod per address)
+	// and as on this node when the entry names this node. The Pod of Pods
+	// is in one of those places, for readers that do not know this field.
+	// Sorted by namespace and name; nil when there are none.
+	Unsettled []UnsettledPod `json:",omitempty"`
+
+	// QuarantinedNamespaces names the namespaces of Namespaces whose true
+	// labels are not known: the manifests source keeps a rejected
+	// Namespace (or one defined twice, differently) with only the labels
+	// it can trust, and names it here when that drops a label. Left out,
+	// or with a label missing, the namespace would look as if it lacked
+	// the label, and a namespace selector on the absence of a label
+	// (NotIn, DoesNotExist) would name its pods as peers where its true
+	// labels would not. So the compiler lets no namespace selector name
+	// its pods as peers, except one that reads only the
+	// kubernetes.io/metadata.name label (the empty selector included),
+	// which is always the namespace's name. Policies of the namespace
+	// still select its pods by their own labels. Sorted; nil when there
+	// are none. Like Quarantined, a field of the Snapshot and not a label
+	// or annotation, so that no manifest can set or clear it.
+	QuarantinedNamespaces []string `json:",omitempty"`
+}
+
+// An UnsettledPod is every place the definitions of one Pod give it, when
+// they disagree (see Snapshot.Unsettled).
+type UnsettledPod struct {
+	Namespace, Name string
+	// Nodes are the nodes of the definitions that give an address, sorted
+	// and without repeats.
+	Nodes []string
+	// IPs are the addresses every definition gives that is not a
+	// hostNetwork pod's (whose addresses are its node's), canonical,
+	// sorted and without repeats.
+	IPs []string
 }
 
 // Sort orders every slice by namespace and name, as the Snapshot contract
@@ -55,4 +96,8 @@ func (s *Snapshot) Sort() {
 	slices.SortFunc(s.Quarantined, func(a, b types.NamespacedName) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
+	slices.SortFunc(s.Unsettled, func(a, b UnsettledPod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	slices.Sort(s.QuarantinedNamespaces)
 }

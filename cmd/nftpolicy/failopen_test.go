@@ -141,8 +141,8 @@ func TestDumpFailsLoudly(t *testing.T) {
 		}, code: 3, output: true, want: []string{
 			"nftpolicy dump: 3 skipped (the rest is in effect):\n" +
 				"  broken.yaml doc 0: NetworkPolicy y/bad-cidr: spec.ingress[0].from[0].ipBlock.cidr: \"10.0.0.0/33\" must be a valid CIDR",
-			"  namespaces.yaml doc 0: Namespace x: duplicate object, also defined at zz.yaml doc 0; every definition is left out\n" +
-				"  zz.yaml doc 0: Namespace x: duplicate object, also defined at namespaces.yaml doc 0; every definition is left out\n",
+			"  namespaces.yaml doc 0: Namespace x: duplicate object, also defined at zz.yaml doc 0; no earlier version is known, so the namespace keeps the labels every definition agrees on, quarantined",
+			"  zz.yaml doc 0: Namespace x: duplicate object, also defined at namespaces.yaml doc 0; no earlier version is known, so the namespace keeps the labels every definition agrees on, quarantined",
 		}},
 		{name: "a copied file", dir: func(t *testing.T) string {
 			b, err := os.ReadFile(filepath.Join("testdata/cluster", "pods.yaml"))
