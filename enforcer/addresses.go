@@ -6,6 +6,10 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
 )
 
 // This file decides which pod an address belongs to when several pods
@@ -26,10 +30,19 @@ import (
 //     node routes to one of its own pods is that pod's, whatever an object
 //     elsewhere claims (a stale object, or a compromised kubelet on another
 //     node, must not take a local pod's isolation away);
-//  2. a pod that is not terminating wins over one that is: the IP has
+//  2. a pod whose place is known wins over an unsettled one
+//     (k8s.Snapshot.Unsettled: its definitions disagree on its addresses,
+//     node or phase, so it is quarantined at every address any of them
+//     gives): a broken duplicate must not take a healthy pod's address,
+//     and with it its policies, away. Rule 1 still comes first: on this
+//     node an unsettled pod that a definition places here keeps an
+//     address from a pod of another node, which isolates the address here
+//     with nothing allowed (that pod keeps it on its own node), rather
+//     than leave it open should this node be where the pod really is;
+//  3. a pod that is not terminating wins over one that is: the IP has
 //     been handed on, and the new holder is the one sending from it;
-//  3. otherwise the newer pod (by creation time) wins;
-//  4. otherwise the first by namespace/name, only so that the choice is
+//  4. otherwise the newer pod (by creation time) wins;
+//  5. otherwise the first by namespace/name, only so that the choice is
 //     deterministic.
 //
 // The losers take part in policy with their other addresses only (a pod
@@ -44,12 +57,16 @@ type claim struct {
 	view        *pod // every address the pod reports
 	terminating bool
 	created     time.Time
+	unsettled   bool // its definitions disagree on where it is (k8s.Snapshot.Unsettled)
 }
 
 // outranks reports whether a wins an address over b.
 func (a *claim) outranks(b *claim) bool {
 	if a.view.local != b.view.local {
 		return a.view.local
+	}
+	if a.unsettled != b.unsettled {
+		return b.unsettled
 	}
 	if a.terminating != b.terminating {
 		return b.terminating
@@ -61,7 +78,7 @@ func (a *claim) outranks(b *claim) bool {
 }
 
 func (a *claim) equal(b *claim) bool {
-	return a.terminating == b.terminating && a.created.Equal(b.created) && a.view.equal(b.view)
+	return a.terminating == b.terminating && a.unsettled == b.unsettled && a.created.Equal(b.created) && a.view.equal(b.view)
 }
 
 // addressClaims index the claims of every participating pod by address.
@@ -181,6 +198,8 @@ func (c *Compiler) effectiveView(cl *claim) *pod {
 		switch {
 		case w.view.local && !cl.view.local:
 			why = "on this node"
+		case cl.unsettled && !w.unsettled:
+			why = "its definitions agree on where it is, this pod's do not"
 		case cl.terminating && !w.terminating:
 			why = "not terminating"
 		case w.created.Equal(cl.created):
@@ -201,4 +220,59 @@ func (c *Compiler) effectiveView(cl *claim) *pod {
 	v := *cl.view
 	v.ips = kept
 	return &v
+}
+
+// syncUnsettled takes the snapshot's unsettled pods (k8s.Snapshot.Unsettled)
+// and returns those whose entry changed, which the caller looks at again
+// even when the source hands out the same Pod object for them.
+func (c *Compiler) syncUnsettled(list []k8s.UnsettledPod) []objKey {
+	next := make(map[objKey]*k8s.UnsettledPod, len(list))
+	for i := range list {
+		next[objKey{list[i].Namespace, list[i].Name}] = &list[i]
+	}
+	var changed []objKey
+	for k, u := range next {
+		if o := c.unsettled[k]; o == nil || !slices.Equal(o.Nodes, u.Nodes) || !slices.Equal(o.IPs, u.IPs) {
+			changed = append(changed, k)
+		}
+	}
+	for k := range c.unsettled {
+		if next[k] == nil {
+			changed = append(changed, k)
+		}
+	}
+	c.unsettled = next
+	return changed
+}
+
+// placed returns p as the compiler takes it part in policy. That is p,
+// unless p is unsettled (its definitions disagree on where it is): then a
+// copy at every address its entry gives, on this node if a definition
+// names this node (whatever the others say), and taking part whatever a
+// definition said of its phase or hostNetwork (those with hostNetwork gave
+// no address). The source quarantines such a pod, so it is isolated both
+// ways with nothing allowed and selected by nothing; an address another
+// pod holds stays that pod's (claim.outranks).
+func (c *Compiler) placed(k objKey, p *corev1.Pod) *corev1.Pod {
+	u := c.unsettled[k]
+	if u == nil {
+		return p
+	}
+	q := p.DeepCopy()
+	q.Spec.HostNetwork = false
+	q.Status.Phase = corev1.PodRunning
+	switch {
+	case slices.Contains(u.Nodes, c.opts.Node):
+		q.Spec.NodeName = c.opts.Node
+	case len(u.Nodes) > 0:
+		q.Spec.NodeName = u.Nodes[0] // another node: not this one
+	default:
+		q.Spec.NodeName = ""
+	}
+	q.Status.PodIP = ""
+	q.Status.PodIPs = nil
+	for _, ip := range u.IPs {
+		q.Status.PodIPs = append(q.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return q
 }

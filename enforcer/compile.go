@@ -133,18 +133,20 @@ type Compiler struct {
 	podList    []*corev1.Pod
 	policyList []*networkingv1.NetworkPolicy
 
-	namespaces   map[string]labels.Set // with the name label the API server always sets
-	flowNS       map[string]bool       // namespaces annotated for flow logs (k8s.FlowLogged)
-	pods         map[objKey]*pod       // the pods that take part in policy, with the addresses they win
-	claimsByPod  map[objKey]*claim     // the same pods with every address they report
-	claims       addressClaims         // claimsByPod by address
-	podProblems  map[objKey][]Problem
-	addrProblems map[objKey][]Problem // addresses lost to another pod
-	quarantined  map[objKey]bool      // the last snapshot's Quarantined
-	byNS         map[string][]*pod    // participating pods by namespace, sorted by name
-	nsNames      []string             // namespaces with participating pods, sorted
-	localByNS    map[string][]*pod    // this node's participating pods by namespace, sorted
-	every        []*pod               // every participating pod, sorted; nil when stale
+	namespaces    map[string]labels.Set // with the name label the API server always sets
+	flowNS        map[string]bool       // namespaces annotated for flow logs (k8s.FlowLogged)
+	pods          map[objKey]*pod       // the pods that take part in policy, with the addresses they win
+	claimsByPod   map[objKey]*claim     // the same pods with every address they report
+	claims        addressClaims         // claimsByPod by address
+	podProblems   map[objKey][]Problem
+	addrProblems  map[objKey][]Problem         // addresses lost to another pod
+	quarantined   map[objKey]bool              // the last snapshot's Quarantined
+	unsettled     map[objKey]*k8s.UnsettledPod // the last snapshot's Unsettled
+	quarantinedNS map[string]bool              // the last snapshot's QuarantinedNamespaces
+	byNS          map[string][]*pod            // participating pods by namespace, sorted by name
+	nsNames       []string                     // namespaces with participating pods, sorted
+	localByNS     map[string][]*pod            // this node's participating pods by namespace, sorted
+	every         []*pod                       // every participating pod, sorted; nil when stale
 
 	policies       map[objKey]*policyState
 	policiesByNS   map[string][]*policyState // sorted by name
@@ -256,8 +258,8 @@ func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Pr
 		podChainNS: map[string]bool{},
 		flowLogNS:  map[string]bool{},
 	}
-	c.syncNamespaces(snap.Namespaces, ch)
-	c.syncPods(snap.Pods, snap.Quarantined, ch)
+	c.syncNamespaces(snap.Namespaces, snap.QuarantinedNamespaces, ch)
+	c.syncPods(snap.Pods, snap.Quarantined, snap.Unsettled, ch)
 	c.syncPolicies(snap.Policies, ch)
 	c.refreshFlowLog(ch)
 	c.refreshPeers(ch)

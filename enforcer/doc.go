@@ -77,6 +77,19 @@
 // label or annotation, so that no manifest (or API user) can set or
 // clear it.
 //
+// A pod the snapshot names in Unsettled is a quarantined pod whose
+// definitions disagree on where it is: it is taken to be at every address
+// of its entry, and on this node when the entry names this node. Among
+// pods of the same locality, a pod whose place is known wins an address
+// over an unsettled one (see Addresses claimed twice in addresses.go).
+//
+// A namespace the snapshot names in QuarantinedNamespaces is one whose
+// true labels the source does not know (a rejected Namespace). No
+// namespace selector names its pods as peers, except one that reads only
+// the kubernetes.io/metadata.name label (the empty selector included),
+// which is its name whatever else it carries. Its policies still select
+// its pods, and a podSelector peer alone still names them within it.
+//
 // # Syncing
 //
 // The Syncer writes the first table whole, then each change as one delta

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -207,6 +208,10 @@ type world struct {
 	// quarantined pods (k8s.Snapshot.Quarantined), toggled without a new
 	// pod object, as a source may.
 	quarantined map[objKey]bool
+	// quarantined namespaces and unsettled pods (k8s.Snapshot), toggled
+	// the same way.
+	quarantinedNS map[string]bool
+	unsettled     map[objKey]*k8s.UnsettledPod
 }
 
 var (
@@ -224,6 +229,8 @@ func newWorld(seed uint64) *world {
 		policies:   map[objKey]*networkingv1.NetworkPolicy{},
 	}
 	w.quarantined = map[objKey]bool{}
+	w.quarantinedNS = map[string]bool{}
+	w.unsettled = map[objKey]*k8s.UnsettledPod{}
 	w.node = w.randomNode()
 	for _, ns := range worldNamespaces[:3] {
 		w.namespaces[ns] = w.randomNamespace(ns)
@@ -431,10 +438,39 @@ func (w *world) step() string {
 		}
 		w.node = w.randomNode()
 		return "node set"
-	case 11: // a pod quarantined or released, the same object
-		if k, ok := w.anyKey(w.pods); ok {
-			w.quarantined[k] = !w.quarantined[k]
-			return fmt.Sprintf("pod quarantined=%v %s", w.quarantined[k], k)
+	case 11: // a pod or namespace quarantined or released, a pod unsettled or settled, the same object
+		switch w.r.IntN(3) {
+		case 0:
+			ns := w.pick(worldNamespaces)
+			w.quarantinedNS[ns] = !w.quarantinedNS[ns]
+			return fmt.Sprintf("namespace quarantined=%v %s", w.quarantinedNS[ns], ns)
+		case 1:
+			if k, ok := w.anyKey(w.pods); ok {
+				if w.unsettled[k] != nil {
+					delete(w.unsettled, k)
+					return "pod settled " + k.String()
+				}
+				// Its own addresses and another, which may be another
+				// pod's, on this node, another or both.
+				u := &k8s.UnsettledPod{Namespace: k.namespace, Name: k.name}
+				for _, ip := range w.pods[k].Status.PodIPs {
+					if _, err := netip.ParseAddr(ip.IP); err == nil {
+						u.IPs = append(u.IPs, ip.IP)
+					}
+				}
+				v4, _ := w.ip()
+				u.IPs = append(u.IPs, v4)
+				slices.SortFunc(u.IPs, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+				u.IPs = slices.Compact(u.IPs)
+				u.Nodes = [][]string{{testNode}, {"node-2"}, {testNode, "node-2"}}[w.r.IntN(3)]
+				w.unsettled[k] = u
+				return fmt.Sprintf("pod unsettled %s on %v at %v", k, u.Nodes, u.IPs)
+			}
+		default:
+			if k, ok := w.anyKey(w.pods); ok {
+				w.quarantined[k] = !w.quarantined[k]
+				return fmt.Sprintf("pod quarantined=%v %s", w.quarantined[k], k)
+			}
 		}
 	case 9: // every object replaced by an equal copy, as a manifests reload does
 		for k, p := range w.pods {
@@ -477,8 +513,16 @@ func (w *world) snapshot() *k8s.Snapshot {
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(w.pods), compareKeys) {
 		s.Pods = append(s.Pods, w.pods[k])
-		if w.quarantined[k] {
+		if w.quarantined[k] || w.unsettled[k] != nil {
 			s.Quarantined = append(s.Quarantined, ktypes.NamespacedName{Namespace: k.namespace, Name: k.name})
+		}
+		if u := w.unsettled[k]; u != nil {
+			s.Unsettled = append(s.Unsettled, *u)
+		}
+	}
+	for _, ns := range slices.Sorted(maps.Keys(w.quarantinedNS)) {
+		if w.quarantinedNS[ns] {
+			s.QuarantinedNamespaces = append(s.QuarantinedNamespaces, ns)
 		}
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(w.policies), compareKeys) {

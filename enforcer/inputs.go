@@ -17,10 +17,50 @@ import (
 // This file keeps the compiler's view of namespaces and pods in step with
 // each snapshot and records what changed.
 
-// An nsChange is a namespace whose labels changed (or that appeared or went).
+// An nsChange is a namespace whose labels or quarantine changed (or that
+// appeared or went).
 type nsChange struct {
 	name     string
-	old, new labels.Set
+	old, new nsView
+}
+
+// An nsView is what namespace selectors read of a namespace: its labels,
+// and whether they are known (see namespaceSelected).
+type nsView struct {
+	labels labels.Set
+	// quarantined: its true labels are not known
+	// (k8s.Snapshot.QuarantinedNamespaces).
+	quarantined bool
+}
+
+func (v nsView) equal(o nsView) bool {
+	return v.quarantined == o.quarantined && maps.Equal(v.labels, o.labels)
+}
+
+// selectedBy reports whether the namespace selector sel names the pods of
+// the namespace name, whose view v is. A quarantined namespace is named
+// only by a selector that reads nothing but the kubernetes.io/metadata.name
+// label (the empty selector, which names every namespace whatever its
+// labels, included): that label is always the namespace's name, so such a
+// selector matches it as it would the true labels. Any other selector may
+// read a label the stand-in lacks, and one on the absence of a label
+// (NotIn, DoesNotExist) would name the namespace where its true labels
+// would not; a positive one (In, Exists) would read labels kept from a
+// rejected object. Both fail closed: its pods are not those rules' peers.
+func (v nsView) selectedBy(sel labels.Selector, name string) bool {
+	if !v.quarantined {
+		return sel.Matches(v.labels)
+	}
+	reqs, selectable := sel.Requirements()
+	if !selectable {
+		return false
+	}
+	for _, r := range reqs {
+		if r.Key() != corev1.LabelMetadataName {
+			return false
+		}
+	}
+	return sel.Matches(labels.Set{corev1.LabelMetadataName: name})
 }
 
 // namespaceLabels of a namespace the snapshot has no object for is just the
@@ -32,10 +72,43 @@ func (c *Compiler) namespaceLabels(ns string) labels.Set {
 	return labels.Set{corev1.LabelMetadataName: ns}
 }
 
-func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, ch *changes) {
+// namespaceView is what namespace selectors read of ns (see nsView).
+func (c *Compiler) namespaceView(ns string) nsView {
+	return nsView{labels: c.namespaceLabels(ns), quarantined: c.quarantinedNS[ns]}
+}
+
+// namespaceSelected reports whether the namespace selector sel names the
+// pods of namespace ns (see nsView.selectedBy).
+func (c *Compiler) namespaceSelected(sel labels.Selector, ns string) bool {
+	return c.namespaceView(ns).selectedBy(sel, ns)
+}
+
+func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, quarantine []string, ch *changes) {
+	// A namespace that enters or leaves quarantine changes what selectors
+	// name even when the source hands out the same object for it.
+	quarantined := make(map[string]bool, len(quarantine))
+	for _, ns := range quarantine {
+		quarantined[ns] = true
+	}
+	before := map[string]nsView{}
+	note := func(ns string) {
+		if _, ok := before[ns]; !ok {
+			before[ns] = c.namespaceView(ns)
+		}
+	}
+	for ns := range quarantined {
+		if !c.quarantinedNS[ns] {
+			note(ns)
+		}
+	}
+	for ns := range c.quarantinedNS {
+		if !quarantined[ns] {
+			note(ns)
+		}
+	}
 	key := func(ns *corev1.Namespace) objKey { return objKey{name: ns.Name} }
 	c.nsList = walkChanges(c.nsList, nss, key, func(k objKey, _, ns *corev1.Namespace) {
-		before := c.namespaceLabels(k.name)
+		note(k.name)
 		if logged := k8s.FlowLogged(ns); logged != c.flowNS[k.name] {
 			if logged {
 				c.flowNS[k.name] = true
@@ -55,10 +128,13 @@ func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, ch *changes) {
 			set[corev1.LabelMetadataName] = ns.Name
 			c.namespaces[k.name] = set
 		}
-		if after := c.namespaceLabels(k.name); !maps.Equal(before, after) {
-			ch.namespaces = append(ch.namespaces, nsChange{k.name, before, after})
-		}
 	})
+	c.quarantinedNS = quarantined
+	for _, ns := range slices.Sorted(maps.Keys(before)) {
+		if after := c.namespaceView(ns); !before[ns].equal(after) {
+			ch.namespaces = append(ch.namespaces, nsChange{ns, before[ns], after})
+		}
+	}
 }
 
 // A pod is what the compiler needs of a Pod that takes part in policy.
@@ -94,7 +170,7 @@ func (p *pod) matchedBy(sel labels.Selector) bool {
 // started or stopped taking part in policy.
 type podChange struct{ old, new *pod }
 
-func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedName, ch *changes) {
+func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedName, unsettled []k8s.UnsettledPod, ch *changes) {
 	key := func(p *corev1.Pod) objKey { return objKey{p.Namespace, p.Name} }
 	quarantined := make(map[objKey]bool, len(quarantine))
 	for _, q := range quarantine {
@@ -114,6 +190,9 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedNa
 		}
 	}
 	c.quarantined = quarantined
+	for _, k := range c.syncUnsettled(unsettled) {
+		requarantined = addKey(requarantined, k)
+	}
 	// A pod whose addresses nobody else claims, before or after, is
 	// brought to its view at once. Where an address is contested, the
 	// pods that changed and the addresses involved are resolved once every
@@ -126,12 +205,12 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedNa
 		delete(c.podProblems, k)
 		var cl *claim
 		if p != nil {
-			view, problems := c.podOf(p, quarantined[k])
+			view, problems := c.podOf(c.placed(k, p), quarantined[k])
 			if len(problems) > 0 {
 				c.podProblems[k] = problems
 			}
 			if view != nil {
-				cl = &claim{view: view, terminating: p.DeletionTimestamp != nil, created: p.CreationTimestamp.Time}
+				cl = &claim{view: view, terminating: p.DeletionTimestamp != nil, created: p.CreationTimestamp.Time, unsettled: c.unsettled[k] != nil}
 			}
 		}
 		if old != nil && cl != nil && old.equal(cl) {

@@ -197,7 +197,11 @@ func (c *Compiler) computePeers(e *peerSets) {
 // means the policy's namespace, namespaceSelector alone means every pod of
 // the matching namespaces, and both together must both match. It never
 // names a quarantined pod (see pod.matchedBy), even for an empty
-// podSelector: its addresses are allowed only by ipBlock peers.
+// podSelector: its addresses are allowed only by ipBlock peers. Nor does
+// a namespace selector name the pods of a quarantined namespace, unless it
+// reads only the namespace's name (see nsView.selectedBy); a podSelector
+// alone still names the pods of the policy's own namespace, quarantined or
+// not, as their own labels are known.
 func (c *Compiler) selectPods(policyNS string, s peerSelector) []*pod {
 	var out []*pod
 	add := func(ns string) {
@@ -212,7 +216,7 @@ func (c *Compiler) selectPods(policyNS string, s peerSelector) []*pod {
 		return out
 	}
 	for _, ns := range c.nsNames {
-		if s.namespaces.Matches(c.namespaceLabels(ns)) {
+		if c.namespaceSelected(s.namespaces, ns) {
 			add(ns)
 		}
 	}
@@ -244,12 +248,12 @@ func (c *Compiler) peersTouched(e *peerSets, ch *changes) bool {
 			continue
 		}
 		for _, nc := range ch.namespaces {
-			if s.namespaces.Matches(nc.old) != s.namespaces.Matches(nc.new) {
+			if nc.old.selectedBy(s.namespaces, nc.name) != nc.new.selectedBy(s.namespaces, nc.name) {
 				return true
 			}
 		}
 		for ns, changed := range ch.pods {
-			if s.namespaces.Matches(c.namespaceLabels(ns)) && podsMatch(s.pods, changed) {
+			if c.namespaceSelected(s.namespaces, ns) && podsMatch(s.pods, changed) {
 				return true
 			}
 		}
