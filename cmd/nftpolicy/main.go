@@ -876,13 +876,16 @@ func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 // load is sent only once nothing it lacks could open a pod: a restart has
 // no last good version of an object to fall back on, so a file that cannot
 // be read or does not parse, a document whose kind or name cannot be read,
-// a kind typo, or a rejected Namespace or Node would drop objects that
-// nothing stands for (k8s.ObjectError.Lost). Until then the table from
-// before the restart (the last good state) stays, and the daemon is not
-// ready, naming those errors. Errors whose objects have a stand-in that
-// fails closed (k8s.ObjectError.StandIn: a rejected or differing
-// NetworkPolicy isolates and allows nothing, a rejected Pod is kept at its
-// addresses and quarantined when its labels are not all known) do not
+// a kind typo, a Namespace with an invalid name or a rejected Node would
+// drop objects that nothing stands for (k8s.ObjectError.Lost). Until then
+// the table from before the restart (the last good state) stays, and the
+// daemon is not ready, naming those errors. Errors whose objects have a
+// stand-in that fails closed (k8s.ObjectError.StandIn: a rejected or
+// differing NetworkPolicy isolates and allows nothing; a rejected Pod is
+// kept at its addresses and quarantined when its labels are not all known,
+// and one whose copies disagree on its address is quarantined at each; a
+// rejected Namespace is quarantined, so no selector of its labels names
+// its pods) do not
 // hold it: the current manifests are programmed at once, so that valid
 // changes (a new deny) take effect, and the daemon stays not ready naming
 // the errors, as above.
