@@ -13,6 +13,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/netns"
+	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
 
 // Faults injected one after another into a running nftpolicy while the
@@ -189,17 +190,13 @@ func TestChurnFaultsUnderProbing(t *testing.T) {
 // elementsRE finds the element list of a set or map in `nft list`.
 var elementsRE = regexp.MustCompile(`elements = \{([^}]*)\}`)
 
-// countersRE finds the values of a rule counter, which traffic moves and
-// a rewrite resets: they are no part of what the table enforces.
-var countersRE = regexp.MustCompile(`counter packets \d+ bytes \d+`)
-
 // canonicalListing is an `nft list table` in an order that depends on
 // content only: the table's chains, sets and maps sorted, the elements of
 // each sorted, and counters without their values. nft lists objects in the order they were created and a
 // hash set's elements in the order of its buckets, so a table written
 // whole lists differently from the same table reached by deltas.
 func canonicalListing(s string) string {
-	s = countersRE.ReplaceAllString(s, "counter")
+	s = testns.WithoutCounterValues(s)
 	s = elementsRE.ReplaceAllStringFunc(s, func(m string) string {
 		items := strings.Split(elementsRE.FindStringSubmatch(m)[1], ",")
 		for i := range items {

@@ -17,16 +17,18 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/internal/apiserver"
 	"github.com/nftpolicy/nftpolicy/internal/netns"
+	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
 
-// nftList returns `nft list table inet nftpolicy` in the node's namespace,
-// or "" when the table does not exist.
+// nftList returns `nft list table inet nftpolicy` in the node's namespace
+// without counter values (probes move them; they are not what the table
+// enforces), or "" when the table does not exist.
 func nftList(n *netns.Node) string {
 	out, err := exec.Command("ip", "netns", "exec", n.NetnsName(), "nft", "list", "table", "inet", "nftpolicy").Output()
 	if err != nil {
 		return ""
 	}
-	return string(out)
+	return testns.WithoutCounterValues(string(out))
 }
 
 // latencies collects API write → kernel times.
