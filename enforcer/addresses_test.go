@@ -100,7 +100,7 @@ func TestDuplicateAddressOnePodWins(t *testing.T) {
 				t.Errorf("y→addr allowed=%v, z→addr allowed=%v: want the policy of %s alone", fromY, fromZ, tc.wantWinner)
 			}
 			// Same answer from a fresh compile, whatever the order pods came in.
-			again, _ := Compile(both, Options{Node: testNode, Priority: -5})
+			again, _ := Compile(both, Options{Node: testNode})
 			if nft.Render(again) != nft.Render(table) {
 				t.Error("a fresh compile differs")
 			}

@@ -24,10 +24,6 @@ type Options struct {
 	Node string
 	// Table names our inet table; DefaultTable when empty.
 	Table string
-	// Priority of the forward base chain for the function Compile, as
-	// ResolvePriority returns it. A Compiler takes the priority at each
-	// Compile and a Syncer resolves its PrioritySetting: both ignore it.
-	Priority int32
 	// MarkMask holds the packet-mark bits nftpolicy may use; DefaultMarkMask
 	// when zero.
 	MarkMask uint32
@@ -86,7 +82,9 @@ var families = []nft.IPFamily{nft.IPv4, nft.IPv6}
 
 // Compile turns a snapshot into the table that enforces it on opts.Node. It
 // is a pure function: same snapshot and options, same table, byte for byte
-// once rendered. It is a Compiler used once; the daemon keeps a Compiler so
+// once rendered. The forward chain is at DefaultPriority; a caller that
+// resolved another (ResolvePriority) uses a Compiler, which takes it at
+// each Compile. It is a Compiler used once; the daemon keeps a Compiler so
 // that an event costs what it changes, not what the cluster holds.
 //
 // The layout (see doc.go for the why):
@@ -97,7 +95,7 @@ var families = []nft.IPFamily{nft.IPv4, nft.IPv6}
 //	ingress-pod-<h>-ns/pod   jump ingress-<h>-ns/policy …; allowed? return; drop
 //	ingress-<h>-ns/policy    one rule per peer family × port: set our allow bit, return
 func Compile(snap *k8s.Snapshot, opts Options) (*nft.Table, []Problem) {
-	return NewCompiler(opts).Compile(snap, opts.Priority)
+	return NewCompiler(opts).Compile(snap, DefaultPriority)
 }
 
 // A Compiler compiles one snapshot after another for one node. It keeps
@@ -199,8 +197,8 @@ type podChain struct {
 	flowID string // its identifier in log prefixes; "" when not logged
 }
 
-// NewCompiler returns a Compiler for opts. opts.Priority is ignored: it is
-// given to each Compile, as the daemon re-resolves it.
+// NewCompiler returns a Compiler for opts. The priority of the forward
+// chain is given to each Compile, as the daemon re-resolves it.
 func NewCompiler(opts Options) *Compiler {
 	if opts.Table == "" {
 		opts.Table = DefaultTable

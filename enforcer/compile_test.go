@@ -431,7 +431,7 @@ func traceAllowed(t *testing.T, table *nft.Table, p nft.Packet) bool {
 func TestCompileTrace(t *testing.T) {
 	for _, tc := range compileCases {
 		t.Run(tc.name, func(t *testing.T) {
-			table, problems := Compile(tc.snap, Options{Node: testNode, Priority: -5})
+			table, problems := Compile(tc.snap, Options{Node: testNode})
 			if len(problems) > 0 {
 				t.Fatalf("problems: %v", problems)
 			}
@@ -478,7 +478,7 @@ func TestCompileTrace(t *testing.T) {
 func TestCompileGolden(t *testing.T) {
 	for _, tc := range compileCases {
 		t.Run(tc.name, func(t *testing.T) {
-			table, _ := Compile(tc.snap, Options{Node: testNode, Priority: -5})
+			table, _ := Compile(tc.snap, Options{Node: testNode})
 			got := nft.Render(table)
 			path := filepath.Join("testdata", tc.name+".nft")
 			if *update {
@@ -516,7 +516,7 @@ func TestCompileIsDeterministic(t *testing.T) {
 
 func mustCompile(t *testing.T, s *k8s.Snapshot) *nft.Table {
 	t.Helper()
-	table, problems := Compile(s, Options{Node: testNode, Priority: -5})
+	table, problems := Compile(s, Options{Node: testNode})
 	if len(problems) > 0 {
 		t.Fatalf("problems: %v", problems)
 	}

@@ -133,7 +133,7 @@ func TestKernelFailedDriftCheckIsNotReady(t *testing.T) {
 func TestKernelRevokeRuleMatchesNft(t *testing.T) {
 	for _, mask := range []uint32{0, 0x00300000} {
 		snap := cluster(policy("x", "deny", denyIngress))
-		table, problems := Compile(snap, Options{Node: testNode, Priority: -5, MarkMask: mask, Revoke: true})
+		table, problems := Compile(snap, Options{Node: testNode, MarkMask: mask, Revoke: true})
 		if len(problems) > 0 {
 			t.Fatal(problems)
 		}

@@ -201,7 +201,7 @@ func verdictsOverLimit(t *testing.T, table *nft.Table, snap *k8s.Snapshot) []str
 func TestFlowLogToggleIncremental(t *testing.T) {
 	c := NewCompiler(flowOpts)
 	for i, snap := range []*k8s.Snapshot{flowSnap(), flowLogged(flowSnap(), "x"), flowLogged(flowSnap(), "z"), flowSnap(), flowLogged(flowSnap(), "x", "z")} {
-		got, _ := c.Compile(snap, 0)
+		got, _ := c.Compile(snap, DefaultPriority)
 		want, _ := Compile(snap, flowOpts)
 		if d := cmp.Diff(nft.Render(want), nft.Render(got)); d != "" {
 			t.Fatalf("step %d: incremental differs from full (-full +incremental):\n%s", i, d)

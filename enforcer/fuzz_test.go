@@ -46,7 +46,7 @@ func FuzzCompile(f *testing.F) {
 	kernel := newFuzzKernel(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		gc := genCluster(t, data)
-		table, problems := Compile(gc.snap, Options{Node: testNode, Priority: -5})
+		table, problems := Compile(gc.snap, Options{Node: testNode})
 		if len(problems) > 0 {
 			t.Fatalf("problems compiling a valid cluster: %v\n%s", problems, gc.yaml())
 		}

@@ -39,9 +39,7 @@ func TestIncrementalMatchesFull(t *testing.T) {
 					priority-- // as when another component's chain moves in
 				}
 				got, gotProblems := inc.Compile(snap, priority)
-				full := opts
-				full.Priority = priority
-				want, wantProblems := Compile(snap, full)
+				want, wantProblems := NewCompiler(opts).Compile(snap, priority)
 				if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
 					t.Fatalf("step %d (%s): incremental table differs from a full compile (-full +incremental):\n%s", step, event, diff)
 				}

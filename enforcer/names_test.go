@@ -40,7 +40,7 @@ func TestCollidingNamesKeepSemantics(t *testing.T) {
 	for hashName, hash := range collidingHashes {
 		for _, tc := range compileCases {
 			t.Run(hashName+"/"+tc.name, func(t *testing.T) {
-				want, _ := Compile(tc.snap, Options{Node: testNode, Priority: -5})
+				want, _ := Compile(tc.snap, Options{Node: testNode})
 				got, _ := collidingCompiler(hash).Compile(tc.snap, -5)
 				requireUniqueNames(t, got)
 				if d := gocmp.Diff(verdicts(t, want, tc.snap), verdicts(t, got, tc.snap)); d != "" {
@@ -68,7 +68,7 @@ func TestCollidingNamesIncremental(t *testing.T) {
 					event := w.step()
 					snap := w.snapshot()
 					got, _ := inc.Compile(snap, DefaultPriority)
-					want, _ := Compile(snap, Options{Node: testNode, Priority: DefaultPriority})
+					want, _ := Compile(snap, Options{Node: testNode})
 					requireUniqueNames(t, got)
 					if d := gocmp.Diff(verdicts(t, want, snap), verdicts(t, got, snap)); d != "" {
 						t.Fatalf("step %d (%s): colliding names changed verdicts (-real hash +colliding):\n%s", step, event, d)

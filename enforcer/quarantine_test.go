@@ -139,7 +139,7 @@ func TestIncrementalQuarantineOfTheSamePod(t *testing.T) {
 	inc := NewCompiler(Options{Node: testNode})
 	for i, snap := range []*k8s.Snapshot{free, withQuarantine(free, "x/a", "x/c"), withQuarantine(free, "x/c"), free} {
 		got, _ := inc.Compile(snap, DefaultPriority)
-		want, _ := Compile(snap, Options{Node: testNode, Priority: DefaultPriority})
+		want, _ := Compile(snap, Options{Node: testNode})
 		if d := cmp.Diff(nft.Render(want), nft.Render(got)); d != "" {
 			t.Fatalf("step %d (quarantined %v): incremental differs from a full compile (-full +incremental):\n%s", i, snap.Quarantined, d)
 		}

@@ -66,8 +66,8 @@ type Syncer struct {
 	counts  ConnCounter // countMu held
 }
 
-// NewSyncer returns a Syncer writing through conn. opts.Priority is ignored:
-// the priority comes from setting (see forwardPriority).
+// NewSyncer returns a Syncer writing through conn. The priority of its
+// forward chain comes from setting (see forwardPriority).
 func NewSyncer(conn *nft.Conn, opts Options, setting PrioritySetting, log *zap.Logger) *Syncer {
 	return newSyncer(connKernel{conn}, opts, setting, log)
 }

@@ -152,7 +152,7 @@ func TestIncrementalQuarantinedNamespace(t *testing.T) {
 		s := *free
 		s.QuarantinedNamespaces = q
 		got, _ := inc.Compile(&s, DefaultPriority)
-		want, _ := Compile(&s, Options{Node: testNode, Priority: DefaultPriority})
+		want, _ := Compile(&s, Options{Node: testNode})
 		if d := cmp.Diff(nft.Render(want), nft.Render(got)); d != "" {
 			t.Fatalf("step %d (quarantined %v): incremental differs from a full compile (-full +incremental):\n%s", i, q, d)
 		}
@@ -265,7 +265,7 @@ func TestIncrementalUnsettledPod(t *testing.T) {
 			s.Unsettled = []k8s.UnsettledPod{*u}
 		}
 		got, _ := inc.Compile(&s, DefaultPriority)
-		want, _ := Compile(&s, Options{Node: testNode, Priority: DefaultPriority})
+		want, _ := Compile(&s, Options{Node: testNode})
 		if d := cmp.Diff(nft.Render(want), nft.Render(got)); d != "" {
 			t.Fatalf("step %d (%v): incremental differs from a full compile (-full +incremental):\n%s", i, u, d)
 		}

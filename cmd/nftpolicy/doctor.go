@@ -37,10 +37,11 @@ func runDoctor(cfg *config, stdout io.Writer, log *zap.Logger) error {
 		}
 		checkNode(cfg, snap, log)
 		eo := cfg.options()
-		if eo.Priority, err = enforcer.ResolvePriority(conn, cfg.priority, eo.Table, log); err != nil {
+		priority, err := enforcer.ResolvePriority(conn, cfg.priority, eo.Table, log)
+		if err != nil {
 			return err
 		}
-		table, problems := enforcer.Compile(snap, eo)
+		table, problems := enforcer.NewCompiler(eo).Compile(snap, priority)
 		enforcer.LogProblems(log, problems)
 		opts.Expected = table
 		opts.Source = cfg.source() + ", node " + cfg.node

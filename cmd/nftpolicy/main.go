@@ -138,10 +138,11 @@ func dump(cfg *config, stdout io.Writer, log *zap.Logger) error {
 	opts := cfg.options()
 	// dump never touches the kernel: an auto priority is shown as it would
 	// be with no other chain on the hook.
-	if opts.Priority, err = enforcer.ResolvePriority(nil, cfg.priority, opts.Table, log); err != nil {
+	priority, err := enforcer.ResolvePriority(nil, cfg.priority, opts.Table, log)
+	if err != nil {
 		return err
 	}
-	table, problems := enforcer.Compile(snap, opts)
+	table, problems := enforcer.NewCompiler(opts).Compile(snap, priority)
 	enforcer.LogProblems(log, problems)
 	if _, err := io.WriteString(stdout, nft.Render(table)); err != nil {
 		return err
@@ -161,14 +162,15 @@ func apply(cfg *config, log *zap.Logger) error {
 	}
 	defer conn.Close()
 	opts := cfg.options()
-	if opts.Priority, err = enforcer.ResolvePriority(conn, cfg.priority, opts.Table, log); err != nil {
+	priority, err := enforcer.ResolvePriority(conn, cfg.priority, opts.Table, log)
+	if err != nil {
 		return fmt.Errorf("nothing programmed: %w", err)
 	}
 	// A one-shot compile, not a Syncer: nothing keeps the snapshot or the
 	// compiler's indexes, so the decoded cluster can be collected while the
 	// batch, the other peak of a large apply, is built and sent (at 10k
 	// policies the peak RSS went from 450 to 260 MB).
-	table, problems := enforcer.Compile(snap, opts)
+	table, problems := enforcer.NewCompiler(opts).Compile(snap, priority)
 	enforcer.LogProblems(log, problems)
 	start := time.Now()
 	// Not over a table a running daemon owns, unless told to take over.
@@ -188,7 +190,7 @@ func apply(cfg *config, log *zap.Logger) error {
 		// daemon's revoked connections as they are.
 		forgetRevoked(cfg, log)
 	}
-	log.Info("programmed table", zap.String("table", "inet "+table.Name), zap.Int32("priority", opts.Priority),
+	log.Info("programmed table", zap.String("table", "inet "+table.Name), zap.Int32("priority", priority),
 		zap.Int("messages", batch.Messages), zap.Duration("apply", time.Since(start)))
 	return leftOut(objErrs, problems, errors.Join(nodeErr, cleanErr))
 }

@@ -144,7 +144,7 @@ func run() int {
 	}
 	withPolicies := func(namespaces, policiesPerNS int, counters, flowLog bool) func() error {
 		snap := benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog)
-		opts := enforcer.Options{Node: node, Priority: enforcer.DefaultPriority, Counters: counters}
+		opts := enforcer.Options{Node: node, Counters: counters}
 		if flowLog {
 			opts.FlowLog = enforcer.FlowLog{Group: 100}
 		}
