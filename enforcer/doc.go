@@ -97,7 +97,14 @@
 // against the ruleset generation of its previous commit: if another
 // process committed meanwhile, the kernel refuses the batch and the syncer
 // reads the table back before it retries the delta or rewrites the table.
-// Run debounces snapshots (Timing) and checks for drift periodically.
+// Run is the one place changes are coalesced (Timing): a change after a
+// quiet period is synced at once, changes within the window after a sync
+// go into one batch when it ends; it checks for drift periodically.
+//
+// The Syncer writes through a small interface (kernel.go), which
+// production fills with *nft.Conn and the root-free tests of Sync and Run
+// with nft.Fake: that is where the retry, conflict, drift and repair paths
+// are tested without a kernel; the kernel tests keep the real thing.
 //
 // Drift is any difference in content between our table in the kernel and
 // the table last programmed (nft.Conn.Drift): table flags (`flags dormant`

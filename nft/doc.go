@@ -47,5 +47,13 @@
 // it tells whether commits since a generation touched our table
 // (Untouched), and signals those by other processes (Foreign).
 //
+// # Fake
+//
+// Fake is nf_tables in memory, for tests without root: it applies whole
+// tables and deltas to its own copy, refuses what the kernel would (a
+// jump or lookup to a missing chain or set, a chain still referenced),
+// checks generations, and can be told to refuse batches, commit elsewhere,
+// tamper with the table or lose the namespace. Dump renders what it holds.
+//
 // The netlink side is Linux only; elsewhere Open returns ErrUnsupported.
 package nft
