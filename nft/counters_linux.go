@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -116,17 +115,8 @@ func tableHandle(nl *netlink.Conn, name string) (uint64, error) {
 // counterOf reads a counter expression (the attributes of an
 // NFTA_LIST_ELEM of a rule's expressions); ok is false for any other.
 func counterOf(b []byte) (packets, bytes_ uint64, ok bool, err error) {
-	var name, data []byte
-	err = walk(b, func(typ uint16, v []byte) error {
-		switch typ {
-		case unix.NFTA_EXPR_NAME:
-			name = v
-		case unix.NFTA_EXPR_DATA:
-			data = v
-		}
-		return nil
-	})
-	if err != nil || !bytes.Equal(bytes.TrimRight(name, "\x00"), []byte("counter")) {
+	name, data, err := exprParts(b)
+	if err != nil || name != "counter" {
 		return 0, 0, false, err
 	}
 	err = walk(data, func(typ uint16, v []byte) error {

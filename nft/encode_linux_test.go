@@ -101,17 +101,8 @@ func debugRule(b *strings.Builder, data []byte) error {
 	}
 	fmt.Fprintf(b, "inet %s %s\n", table, chain)
 	err = walk(exprs, func(typ uint16, v []byte) error {
-		var name string
-		var data []byte
-		if err := walk(v, func(typ uint16, v []byte) error {
-			switch typ {
-			case unix.NFTA_EXPR_NAME:
-				name = str(v)
-			case unix.NFTA_EXPR_DATA:
-				data = v
-			}
-			return nil
-		}); err != nil {
+		name, data, err := exprParts(v)
+		if err != nil {
 			return err
 		}
 		attrs := map[uint16][]byte{}

@@ -227,17 +227,8 @@ var inspectExprs = map[string]func() expr.Any{
 // for one it does not know, which MarkUses takes as unknown (it forgets
 // every register).
 func decodeExpr(fam byte, b []byte) (expr.Any, error) {
-	var name string
-	var data []byte
-	if err := walk(b, func(typ uint16, v []byte) error {
-		switch typ {
-		case unix.NFTA_EXPR_NAME:
-			name = str(v)
-		case unix.NFTA_EXPR_DATA:
-			data = v
-		}
-		return nil
-	}); err != nil {
+	name, data, err := exprParts(b)
+	if err != nil {
 		return nil, err
 	}
 	mk := inspectExprs[name]

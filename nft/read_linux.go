@@ -469,20 +469,26 @@ func appendCanon(dst, b []byte, sc *schema) ([]byte, error) {
 	return dst, nil
 }
 
-// appendCanonExpr appends the canonical form of one expression (the
-// attributes NFTA_EXPR_NAME and NFTA_EXPR_DATA): its name's length (2
-// bytes) and name, then the length (4) and canonical form of its data.
-func appendCanonExpr(dst, b []byte) ([]byte, error) {
-	var name, data []byte
-	err := walk(b, func(typ uint16, v []byte) error {
+// exprParts splits one expression (the attributes of an NFTA_LIST_ELEM of
+// NFTA_RULE_EXPRESSIONS) into its name and its data.
+func exprParts(b []byte) (name string, data []byte, err error) {
+	err = walk(b, func(typ uint16, v []byte) error {
 		switch typ {
 		case unix.NFTA_EXPR_NAME:
-			name = bytes.TrimRight(v, "\x00")
+			name = str(v)
 		case unix.NFTA_EXPR_DATA:
 			data = v
 		}
 		return nil
 	})
+	return name, data, err
+}
+
+// appendCanonExpr appends the canonical form of one expression (the
+// attributes NFTA_EXPR_NAME and NFTA_EXPR_DATA): its name's length (2
+// bytes) and name, then the length (4) and canonical form of its data.
+func appendCanonExpr(dst, b []byte) ([]byte, error) {
+	name, data, err := exprParts(b)
 	if err != nil {
 		return dst, err
 	}
@@ -490,7 +496,7 @@ func appendCanonExpr(dst, b []byte) ([]byte, error) {
 	dst = append(dst, name...)
 	at := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
-	sc := exprSchemas[string(name)]
+	sc := exprSchemas[name]
 	if sc == nil {
 		sc = plain
 	}
