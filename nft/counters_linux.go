@@ -10,9 +10,10 @@ import (
 )
 
 // RuleCounters reads the counters of the rules of the named chains of the
-// inet table: one dump per chain, as a drift check reads them, but
-// without decoding anything but counters. A chain that is gone is
-// skipped; a missing table is ErrNoTable.
+// inet table: one dump of the table's rules, decoding nothing but chain
+// names, handles and counters (a dump per chain cost a netlink round trip
+// per policy at every scrape). Chains not named, and rules without a
+// counter, are skipped; a missing table is ErrNoTable.
 func (c *Conn) RuleCounters(table string, chains []string) (*RuleCounts, error) {
 	nl, err := c.dial()
 	if err != nil {
@@ -23,50 +24,47 @@ func (c *Conn) RuleCounters(table string, chains []string) (*RuleCounts, error) 
 	if err != nil {
 		return nil, err
 	}
+	wanted := make(map[string]bool, len(chains))
+	for _, ch := range chains {
+		wanted[ch] = true
+	}
 	out := &RuleCounts{Table: handle}
-	for _, chain := range chains {
-		attrs := []netlink.Attribute{
-			{Type: unix.NFTA_RULE_TABLE, Data: []byte(table + "\x00")},
-			{Type: unix.NFTA_RULE_CHAIN, Data: []byte(chain + "\x00")},
-		}
-		n := len(out.Rules)
-		err := dump(nl, unix.NFT_MSG_GETRULE, attrs, func() { out.Rules = out.Rules[:n] }, func(b []byte) error {
-			rc := RuleCount{Chain: chain}
-			counted := false
-			var rchain []byte
-			err := walk(b, func(typ uint16, data []byte) error {
-				switch typ {
-				case unix.NFTA_RULE_CHAIN:
-					rchain = data
-				case unix.NFTA_RULE_HANDLE:
-					rc.Handle = u64(data)
-				case unix.NFTA_RULE_EXPRESSIONS:
-					return walk(data, func(typ uint16, data []byte) error {
-						if typ != unix.NFTA_LIST_ELEM {
-							return nil
-						}
-						p, b, ok, err := counterOf(data)
-						if ok {
-							counted = true
-							rc.Packets += p
-							rc.Bytes += b
-						}
-						return err
-					})
-				}
-				return nil
-			})
-			if counted && str(rchain) == chain {
-				out.Rules = append(out.Rules, rc)
+	attrs := []netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(table + "\x00")}}
+	err = dump(nl, unix.NFT_MSG_GETRULE, attrs, func() { out.Rules = out.Rules[:0] }, func(b []byte) error {
+		var rc RuleCount
+		counted := false
+		err := walk(b, func(typ uint16, data []byte) error {
+			switch typ {
+			case unix.NFTA_RULE_CHAIN:
+				rc.Chain = str(data)
+			case unix.NFTA_RULE_HANDLE:
+				rc.Handle = u64(data)
+			case unix.NFTA_RULE_EXPRESSIONS:
+				return walk(data, func(typ uint16, data []byte) error {
+					if typ != unix.NFTA_LIST_ELEM {
+						return nil
+					}
+					p, b, ok, err := counterOf(data)
+					if ok {
+						counted = true
+						rc.Packets += p
+						rc.Bytes += b
+					}
+					return err
+				})
 			}
-			return err
+			return nil
 		})
-		if errors.Is(err, unix.ENOENT) {
-			continue // deleted since the caller named it
+		if counted && wanted[rc.Chain] {
+			out.Rules = append(out.Rules, rc)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("read counters of chain %s: %w", chain, err)
-		}
+		return err
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("read counters of table inet %s: %w", table, ErrNoTable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read counters of table inet %s: %w", table, err)
 	}
 	// The table replaced meanwhile: the handles read are of two tables.
 	if again, err := tableHandle(nl, table); err != nil || again != handle {
