@@ -52,22 +52,8 @@ spec:
 // content, ...).
 func quarantineCluster(t *testing.T, policies ...string) (c *netns.Cluster, node *netns.Node, dir string) {
 	t.Helper()
-	c = netns.NewTestCluster(t, netns.Options{Name: "npq", Timeout: probeTimeout})
-	node, err := c.AddNode("node-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, key := range []string{"x/a", "x/b", "y/c"} {
-		ns, name, _ := strings.Cut(key, "/")
-		if _, err := c.AddPod(node, ns, name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir = t.TempDir()
+	c, node, dir = brokenNSCluster(t, []string{"x/a", "x/b", "y/c"}, policies...)
 	writeFile(t, filepath.Join(dir, "cluster.yaml"), c.Manifests())
-	for i := 0; i+1 < len(policies); i += 2 {
-		writeFile(t, filepath.Join(dir, policies[i]), policies[i+1])
-	}
 	return c, node, dir
 }
 

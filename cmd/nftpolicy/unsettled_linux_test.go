@@ -46,7 +46,8 @@ spec:
 )
 
 // brokenNSCluster is one routed node with the pods given and a manifests
-// directory holding them and the policies given (file name, content, ...).
+// directory holding the policies given (file name, content, ...); the
+// test writes the cluster file, broken as it needs it.
 func brokenNSCluster(t *testing.T, pods []string, policies ...string) (c *netns.Cluster, node *netns.Node, dir string) {
 	t.Helper()
 	c = netns.NewTestCluster(t, netns.Options{Name: "npn", Timeout: probeTimeout})
