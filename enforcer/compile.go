@@ -522,8 +522,16 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 	// packet also comes in on the pod's own link, which its source routes
 	// back through; one forged by another pod and sent to the pod's
 	// Service does not, where each pod has a link of its own (routed
-	// wiring; on a shared bridge every pod's link is the bridge).
-	for _, ip := range pd.ips {
+	// wiring; on a shared bridge every pod's link is the bridge). A pod
+	// whose definitions disagree on its addresses (unsettled) has none it
+	// is known to be: its "addresses" may be two things, and letting each
+	// reach the other as itself opened what its quarantine closes (the
+	// third adversarial pass, through a Service), so it gets no exemption.
+	selfAddrs := pd.ips
+	if c.unsettled[pd.key] != nil {
+		selfAddrs = nil
+	}
+	for _, ip := range selfAddrs {
 		ch.Rules = append(ch.Rules, nft.Rule{
 			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.ReversePath{}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}},
 			Comment: "a pod may always reach itself (through a Service)",

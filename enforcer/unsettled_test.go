@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -268,6 +269,34 @@ func TestIncrementalUnsettledPod(t *testing.T) {
 		want, _ := Compile(&s, Options{Node: testNode})
 		if d := cmp.Diff(nft.Render(want), nft.Render(got)); d != "" {
 			t.Fatalf("step %d (%v): incremental differs from a full compile (-full +incremental):\n%s", i, u, d)
+		}
+	}
+}
+
+// An unsettled pod's addresses may be two things: neither reaches the other
+// as "itself" through a Service, nor itself, while a quarantined pod whose
+// address is known still reaches itself through a Service.
+func TestCompileUnsettledPodHasNoSelfExemption(t *testing.T) {
+	table, _ := Compile(unsettledCluster([]string{"node-1"}, "10.0.1.2", "10.0.1.99", "fd00::1:2"), Options{Node: testNode})
+	a, b := netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("10.0.1.99")
+	for _, p := range []nft.Packet{
+		{Src: a, Dst: b, Proto: nft.ProtoTCP, Dport: 80, DNAT: true},
+		{Src: b, Dst: a, Proto: nft.ProtoTCP, Dport: 80, DNAT: true},
+		{Src: a, Dst: a, Proto: nft.ProtoTCP, Dport: 80, DNAT: true},
+	} {
+		if traceAllowed(t, table, p) {
+			t.Errorf("%s -> %s through a Service: allowed, though the pod is unsettled at both", p.Src, p.Dst)
+		}
+	}
+	q := unsettledCluster(nil)
+	for _, pod := range q.Pods {
+		if pod.Namespace == "x" && pod.Name == "b" {
+			q.Quarantined = []ktypes.NamespacedName{{Namespace: "x", Name: "b"}}
+			self := netip.MustParseAddr(pod.Status.PodIPs[0].IP)
+			table, _ := Compile(q, Options{Node: testNode})
+			if !traceAllowed(t, table, nft.Packet{Src: self, Dst: self, Proto: nft.ProtoTCP, Dport: 80, DNAT: true}) {
+				t.Errorf("a quarantined pod at a known address cannot reach itself through a Service")
+			}
 		}
 	}
 }
