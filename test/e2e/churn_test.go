@@ -86,6 +86,19 @@ func newChurn(t *testing.T, seed uint64) *churn {
 	if ch.node, err = ch.c.AddNode("node1"); err != nil {
 		t.Fatal(err)
 	}
+	// Every probe is a new connection, thousands a second. With conntrack's
+	// default timeouts (a closed TCP connection 120 s in TIME_WAIT, a UDP
+	// one 30 s) the node's entries pass nf_conntrack_max, which the whole
+	// host shares, within a minute, and a full table drops every new
+	// connection on the host: blocked probes the policy allows (seen in a
+	// full run). The node forgets a finished probe within a second or two.
+	if out, err := ch.node.Exec("sysctl", "-w",
+		"net.netfilter.nf_conntrack_tcp_timeout_time_wait=1", "net.netfilter.nf_conntrack_tcp_timeout_close=1",
+		"net.netfilter.nf_conntrack_tcp_timeout_close_wait=1", "net.netfilter.nf_conntrack_tcp_timeout_fin_wait=1",
+		"net.netfilter.nf_conntrack_tcp_timeout_last_ack=1",
+		"net.netfilter.nf_conntrack_udp_timeout=1", "net.netfilter.nf_conntrack_udp_timeout_stream=2"); err != nil {
+		t.Fatalf("conntrack timeouts: %v\n%s", err, out)
+	}
 	for _, k := range churnKeys {
 		ns, name, _ := strings.Cut(k, "/")
 		p, err := ch.c.AddPod(ch.node, ns, name)
