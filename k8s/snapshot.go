@@ -8,6 +8,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // A Snapshot is the cluster state the enforcer compiles: every namespace,
@@ -25,6 +26,12 @@ type Snapshot struct {
 	Pods       []*corev1.Pod
 	Nodes      []*corev1.Node
 	Policies   []*networkingv1.NetworkPolicy
+
+	// ClusterPolicies are the ClusterNetworkPolicies (policy.networking.k8s.io,
+	// cluster scoped: sorted by name), validated as the CRD's schema and CEL
+	// rules demand. Sources hand out v1beta1 objects whatever version they
+	// read (v1alpha2 has the same schema).
+	ClusterPolicies []*policyv1beta1.ClusterNetworkPolicy `json:",omitempty"`
 
 	// Quarantined names the pods of Pods whose true labels are not known:
 	// the manifests source keeps a rejected Pod with only the labels it
@@ -93,6 +100,7 @@ func (s *Snapshot) Sort() {
 	slices.SortFunc(s.Pods, func(a, b *corev1.Pod) int { return byName(a, b) })
 	slices.SortFunc(s.Nodes, func(a, b *corev1.Node) int { return byName(a, b) })
 	slices.SortFunc(s.Policies, func(a, b *networkingv1.NetworkPolicy) int { return byName(a, b) })
+	slices.SortFunc(s.ClusterPolicies, func(a, b *policyv1beta1.ClusterNetworkPolicy) int { return byName(a, b) })
 	slices.SortFunc(s.Quarantined, func(a, b types.NamespacedName) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
