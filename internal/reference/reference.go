@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftpolicy/nftpolicy/k8s"
@@ -28,14 +29,23 @@ type Conn struct {
 
 // An Evaluator decides connections in one snapshot for one node.
 type Evaluator struct {
-	snap *k8s.Snapshot
-	node string
-	pods map[netip.Addr]*corev1.Pod // the pods taking part, by address
+	snap          *k8s.Snapshot
+	node          string
+	pods          map[netip.Addr]*corev1.Pod // the pods taking part, by address
+	quarantined   map[types.NamespacedName]bool
+	quarantinedNS map[string]bool
 }
 
 // New returns the evaluator of snap as seen by node.
 func New(snap *k8s.Snapshot, node string) Evaluator {
-	r := Evaluator{snap: snap, node: node, pods: map[netip.Addr]*corev1.Pod{}}
+	r := Evaluator{snap: snap, node: node, pods: map[netip.Addr]*corev1.Pod{},
+		quarantined: map[types.NamespacedName]bool{}, quarantinedNS: map[string]bool{}}
+	for _, q := range snap.Quarantined {
+		r.quarantined[q] = true
+	}
+	for _, ns := range snap.QuarantinedNamespaces {
+		r.quarantinedNS[ns] = true
+	}
 	for _, p := range snap.Pods {
 		if TakesPart(p) {
 			for _, a := range PodAddrs(p) {
@@ -47,45 +57,38 @@ func New(snap *k8s.Snapshot, node string) Evaluator {
 }
 
 // Allowed decides a connection: the egress check of its source, when that
-// is a pod of this node isolated for egress, and the ingress check of its
-// destination, when that is a pod of this node isolated for ingress. A pod
-// may always reach itself (through a Service: see Conn.DNAT).
+// is a pod of this node, and the ingress check of its destination, when
+// that is a pod of this node; it is allowed when both checks that belong
+// to this node allow it (see Decide). A pod may always reach itself
+// through a Service (see Conn.DNAT).
 func (r Evaluator) Allowed(c Conn) bool {
-	src, dst := r.podAt(c.Src), r.podAt(c.Dst)
-	if src != nil && src == dst && c.DNAT {
-		return true
-	}
-	if src != nil && src.Spec.NodeName == r.node {
-		if pols := r.isolating(src, networkingv1.PolicyTypeEgress); len(pols) > 0 && !r.anyEgressAllows(pols, c, dst) {
-			return false
-		}
-	}
-	if dst != nil && dst.Spec.NodeName == r.node {
-		if pols := r.isolating(dst, networkingv1.PolicyTypeIngress); len(pols) > 0 && !r.anyIngressAllows(pols, c, src, dst) {
-			return false
-		}
-	}
-	return true
+	egress, ingress := r.Decide(c)
+	return egress.Allowed() && ingress.Allowed()
 }
 
-// A Judgement is one direction's check of a connection at a pod of the
-// node: the policies isolating the pod for it, and every rule of theirs
-// that allows the connection, each "namespace/name direction[index]".
+// A Judgement is one direction's NetworkPolicy check of a connection at a
+// pod of the node: the policies isolating the pod for it, and every rule of
+// theirs that allows the connection, each "namespace/name direction[index]".
+// A quarantined pod (k8s.Snapshot.Quarantined) is isolated by no policy and
+// allowed by no rule: Quarantined says so.
 type Judgement struct {
-	Isolating []string
-	Allowing  []string
+	Isolating   []string
+	Allowing    []string
+	Quarantined bool
 }
 
-// Explain is Allowed in detail: the egress check of the source and the
-// ingress check of the destination, each nil when that end is no pod of
-// this node taking part. It does not decide the self (DNAT) case.
+// Explain is the NetworkPolicy tier of Allowed in detail: the egress check
+// of the source and the ingress check of the destination, each nil when
+// that end is no pod of this node taking part. It reads NetworkPolicies
+// only, whatever ClusterNetworkPolicies decide before or after them (see
+// Decide for the whole), and does not decide the self (DNAT) case.
 func (r Evaluator) Explain(c Conn) (egress, ingress *Judgement) {
 	src, dst := r.podAt(c.Src), r.podAt(c.Dst)
 	judge := func(pod *corev1.Pod, t networkingv1.PolicyType, dir string) *Judgement {
 		if pod == nil || pod.Spec.NodeName != r.node {
 			return nil
 		}
-		j := &Judgement{}
+		j := &Judgement{Quarantined: r.isQuarantined(pod)}
 		for _, np := range r.isolating(pod, t) {
 			j.Isolating = append(j.Isolating, np.Namespace+"/"+np.Name)
 			if t == networkingv1.PolicyTypeIngress {
@@ -152,6 +155,41 @@ func (r Evaluator) namespaceLabels(name string) map[string]string {
 	return out
 }
 
+// namespaceSelected reports whether a namespace selector selects the
+// namespace. The true labels of a quarantined namespace
+// (k8s.Snapshot.QuarantinedNamespaces) are not known, so only a selector
+// that reads nothing but kubernetes.io/metadata.name (the empty one
+// included), which is its name whatever else it carries, selects it.
+func (r Evaluator) namespaceSelected(sel *metav1.LabelSelector, ns string) bool {
+	if r.quarantinedNS[ns] && !readsOnlyName(sel) {
+		return false
+	}
+	return selectorMatches(sel, r.namespaceLabels(ns))
+}
+
+func readsOnlyName(sel *metav1.LabelSelector) bool {
+	for k := range sel.MatchLabels {
+		if k != corev1.LabelMetadataName {
+			return false
+		}
+	}
+	for _, req := range sel.MatchExpressions {
+		if req.Key != corev1.LabelMetadataName {
+			return false
+		}
+	}
+	return true
+}
+
+// isQuarantined reports whether the snapshot names pod in Quarantined: its
+// true labels are not known, so it is isolated both ways with nothing
+// allowed (but reaching itself), no policy selects it and no selector
+// names it as a peer; address peers (ipBlock, networks, nodes) still match
+// its addresses.
+func (r Evaluator) isQuarantined(pod *corev1.Pod) bool {
+	return r.quarantined[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}]
+}
+
 // effectiveTypes is policyTypes as documented: "If this field is not
 // specified, it will default based on the existence of ingress or egress
 // rules; policies that contain an egress section are assumed to affect
@@ -173,6 +211,9 @@ func effectiveTypes(np *networkingv1.NetworkPolicy) []networkingv1.PolicyType {
 // it when there is at least one.
 func (r Evaluator) isolating(pod *corev1.Pod, t networkingv1.PolicyType) []*networkingv1.NetworkPolicy {
 	var out []*networkingv1.NetworkPolicy
+	if r.isQuarantined(pod) {
+		return nil // no policy selects it (k8s.Snapshot.Quarantined)
+	}
 	for _, np := range r.snap.Policies {
 		if np.Namespace == pod.Namespace && slices.Contains(effectiveTypes(np), t) && selectorMatches(&np.Spec.PodSelector, pod.Labels) {
 			out = append(out, np)
@@ -224,8 +265,11 @@ func (r Evaluator) peersMatch(policyNS string, peers []networkingv1.NetworkPolic
 			}
 			continue
 		}
-		if pod == nil {
-			continue // selectors select pods, and only pods taking part
+		if pod == nil || r.isQuarantined(pod) {
+			// Selectors select pods, and only pods taking part; no
+			// selector names a quarantined pod (k8s.Snapshot.Quarantined),
+			// whose true labels are not known.
+			continue
 		}
 		// "If namespaceSelector is also set, then the NetworkPolicyPeer as
 		// a whole selects the pods matching podSelector in the Namespaces
@@ -233,7 +277,7 @@ func (r Evaluator) peersMatch(policyNS string, peers []networkingv1.NetworkPolic
 		// matching podSelector in the policy's own namespace."
 		nsOK := pod.Namespace == policyNS
 		if peer.NamespaceSelector != nil {
-			nsOK = selectorMatches(peer.NamespaceSelector, r.namespaceLabels(pod.Namespace))
+			nsOK = r.namespaceSelected(peer.NamespaceSelector, pod.Namespace)
 		}
 		podOK := peer.PodSelector == nil || selectorMatches(peer.PodSelector, pod.Labels)
 		if nsOK && podOK {
