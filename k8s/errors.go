@@ -180,6 +180,8 @@ func renderFieldError(e *field.Error) string {
 		return fmt.Sprintf("%s: %s is not supported (%s)", e.Field, renderValue(e.BadValue), e.Detail)
 	case field.ErrorTypeDuplicate:
 		return fmt.Sprintf("%s: %s is a duplicate", e.Field, renderValue(e.BadValue))
+	case field.ErrorTypeTooMany:
+		return fmt.Sprintf("%s: has %v items, %s", e.Field, renderValue(e.BadValue), e.Detail)
 	default:
 		return e.Error()
 	}

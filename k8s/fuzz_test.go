@@ -14,6 +14,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -32,7 +33,8 @@ import (
 //   - a NetworkPolicy keeps nil and empty lists apart exactly as the
 //     document wrote them (ingress, egress, from, to, ports);
 //   - every object merge puts into the Snapshot passes Admit unchanged,
-//     including the isolate-only stand-in for a duplicated policy;
+//     including the isolate-only stand-in for a duplicated policy, and
+//     every ClusterNetworkPolicy;
 //   - Quarantined names pods of the Snapshot, QuarantinedNamespaces its
 //     namespaces, and Unsettled quarantined pods, each at one address or
 //     more that parse.
@@ -47,6 +49,7 @@ func FuzzLoadFile(f *testing.F) {
 		"---\n# only a comment\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: \"y\", name: z}\n",
 		"apiVersion: v1\nkind: Namespace\nmetadata: {name: w, labels: {env: prod, bad: \"x \"}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: w}\n",
 		"kind: Pod\napiVersion: v1\nmetadata: {name: a, namespace: x}\nspec: {nodeName: n1}\nstatus: {podIP: 10.0.0.1}\n---\nkind: Pod\napiVersion: v1\nmetadata: {name: a, namespace: x}\nspec: {nodeName: n2}\nstatus: {podIP: 10.0.0.2}\n",
+		"apiVersion: policy.networking.k8s.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: c}\nspec:\n  tier: Admin\n  priority: 5\n  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {a: b}}}}\n  ingress: [{action: Deny, from: [{namespaces: {}}], protocols: [{tcp: {destinationPort: {range: {start: 80, end: 90}}}}, {destinationNamedPort: http}]}]\n  egress: [{name: out, action: Pass, to: [{networks: ['2001:DB8::/32', 10.0.0.0/8]}, {nodes: {}}, {domainNames: ['*.example.com']}], protocols: [{udp: {destinationPort: {number: 53}}}]}]\n---\napiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c}\nspec: {tier: Baseline, subject: {}, egress: [{action: Accept, to: [{}], protocols: [{tcp: {destinationPort: {number: 0}}}]}]}\n",
 	} {
 		f.Add([]byte(seed), false)
 	}
@@ -75,6 +78,9 @@ func FuzzLoadFile(f *testing.F) {
 			objs = append(objs, o)
 		}
 		for _, o := range snap.Policies {
+			objs = append(objs, o)
+		}
+		for _, o := range snap.ClusterPolicies {
 			objs = append(objs, o)
 		}
 		for _, o := range objs {
@@ -264,6 +270,10 @@ func checkAdmitted(t *testing.T, where string, obj runtime.Object) {
 	case *corev1.Pod:
 		if o.Namespace == "" || (len(o.Status.PodIPs) > 0) != (o.Status.PodIP != "") {
 			t.Errorf("%s: pod %s/%s: namespace or IPs not defaulted: %v %v", where, o.Namespace, o.Name, o.Status.PodIP, o.Status.PodIPs)
+		}
+	case *policyv1beta1.ClusterNetworkPolicy:
+		if o.Namespace != "" || o.Status.Conditions != nil {
+			t.Errorf("%s: cluster policy %s: namespace %q or status %v", where, o.Name, o.Namespace, o.Status)
 		}
 	case *networkingv1.NetworkPolicy:
 		if o.Namespace == "" || len(o.Spec.PolicyTypes) == 0 {

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"path"
 	goruntime "runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	sigsjson "sigs.k8s.io/json"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -153,14 +156,39 @@ type kindInfo struct {
 	namespaced bool
 	list       string // the kind of a typed list of it, e.g. PodList
 	new        func() runtime.Object
+	// also are further apiVersions read as apiVersion: another served
+	// version with the same schema.
+	also []string
 }
 
 var kinds = map[string]kindInfo{
-	"Namespace":     {"v1", false, "NamespaceList", func() runtime.Object { return &corev1.Namespace{} }},
-	"Pod":           {"v1", true, "PodList", func() runtime.Object { return &corev1.Pod{} }},
-	"Node":          {"v1", false, "NodeList", func() runtime.Object { return &corev1.Node{} }},
-	"NetworkPolicy": {"networking.k8s.io/v1", true, "NetworkPolicyList", func() runtime.Object { return &networkingv1.NetworkPolicy{} }},
+	"Namespace":     {"v1", false, "NamespaceList", func() runtime.Object { return &corev1.Namespace{} }, nil},
+	"Pod":           {"v1", true, "PodList", func() runtime.Object { return &corev1.Pod{} }, nil},
+	"Node":          {"v1", false, "NodeList", func() runtime.Object { return &corev1.Node{} }, nil},
+	"NetworkPolicy": {"networking.k8s.io/v1", true, "NetworkPolicyList", func() runtime.Object { return &networkingv1.NetworkPolicy{} }, nil},
+	// Cluster scoped, and its namespace is not cleared but rejected (see
+	// ValidateClusterNetworkPolicy): namespaced is false for the name an
+	// error gives it.
+	"ClusterNetworkPolicy": {clusterPolicyAPIVersions[0], false, "ClusterNetworkPolicyList",
+		func() runtime.Object { return &policyv1beta1.ClusterNetworkPolicy{} }, clusterPolicyAPIVersions[1:]},
 }
+
+// reads reports whether the kind is read in apiVersion.
+func (info kindInfo) reads(apiVersion string) bool {
+	return apiVersion == info.apiVersion || slices.Contains(info.also, apiVersion)
+}
+
+// wants names the apiVersions the kind is read in, for errors.
+func (info kindInfo) wants() string {
+	quoted := []string{strconv.Quote(info.apiVersion)}
+	for _, v := range info.also {
+		quoted = append(quoted, strconv.Quote(v))
+	}
+	return strings.Join(quoted, " or ")
+}
+
+// readKinds names the kinds the manifests source reads, for errors.
+const readKinds = "Namespace, Pod and Node of v1, NetworkPolicy of networking.k8s.io/v1 and ClusterNetworkPolicy of policy.networking.k8s.io/v1beta1 or v1alpha2"
 
 // listElem returns the kind of the items of a list kind: "" for the untyped
 // v1 List, whose items name their own kind.
@@ -491,14 +519,15 @@ type list struct {
 }
 
 func (l *loader) loadList(loc docLoc, j, src []byte, h header, elem string) {
-	want := "v1"
+	info := kindInfo{apiVersion: "v1"}
 	if elem != "" {
-		want = kinds[elem].apiVersion
+		info = kinds[elem]
 	}
-	if h.apiVersion != want {
-		l.fail(loc, h, fmt.Errorf("apiVersion %q is not supported for %s, want %q", h.apiVersion, h.kind, want))
+	if !info.reads(h.apiVersion) {
+		l.fail(loc, h, fmt.Errorf("apiVersion %q is not supported for %s, want %s", h.apiVersion, h.kind, info.wants()))
 		return
 	}
+	want := h.apiVersion
 	var ls list
 	strict, err := sigsjson.UnmarshalStrict(j, &ls)
 	if err == nil && len(strict) != 0 {
@@ -546,10 +575,10 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 			// Not a kind of the API groups nftpolicy reads: a typo of one
 			// of its kinds (NetworkPolicyy) would drop what the document
 			// defines as quietly as a Service is ignored. An error, then.
-			l.fail(loc, h, fmt.Errorf("unknown kind %s of %s (a typo? nftpolicy reads Namespace, Pod and Node of v1 and NetworkPolicy of networking.k8s.io/v1)", h.kind, h.apiVersion))
+			l.fail(loc, h, fmt.Errorf("unknown kind %s of %s (a typo? nftpolicy reads %s)", h.kind, h.apiVersion, readKinds))
 			return
 		}
-		l.fail(loc, h, fmt.Errorf("%w %s (reads Namespace, Pod and Node of v1 and NetworkPolicy of networking.k8s.io/v1)", ErrUnsupportedKind, h.kind))
+		l.fail(loc, h, fmt.Errorf("%w %s (reads %s)", ErrUnsupportedKind, h.kind, readKinds))
 		return
 	}
 	h = h.named()
@@ -569,8 +598,8 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 			def.standin, def.quarantined = standIn(def.key, j)
 		}
 	}
-	if h.apiVersion != info.apiVersion {
-		reject(fmt.Errorf("apiVersion %q is not supported for %s, want %q", h.apiVersion, h.kind, info.apiVersion))
+	if !info.reads(h.apiVersion) {
+		reject(fmt.Errorf("apiVersion %q is not supported for %s, want %s", h.apiVersion, h.kind, info.wants()))
 		return
 	}
 
@@ -586,7 +615,11 @@ func (l *loader) loadObject(loc docLoc, j []byte, h header) {
 		reject(withYAMLHint(err))
 		return
 	}
-	if errs := Admit(obj); len(errs) != 0 {
+	errs := Admit(obj)
+	if _, ok := obj.(*policyv1beta1.ClusterNetworkPolicy); ok {
+		errs = withShapeErrors(errs, validateCNPShape(j))
+	}
+	if len(errs) != 0 {
 		reject(FieldErrors(errs))
 		return
 	}
@@ -683,6 +716,10 @@ var otherKinds = map[string]map[string]bool{
 		"PersistentVolume": true, "PersistentVolumeClaim": true, "ResourceQuota": true, "LimitRange": true,
 		"ReplicationController": true, "PodTemplate": true, "Event": true, "Binding": true, "ComponentStatus": true},
 	"networking.k8s.io": {"Ingress": true, "IngressClass": true, "ServiceCIDR": true, "IPAddress": true},
+	// Every other kind of the group is an error: AdminNetworkPolicy and
+	// BaselineAdminNetworkPolicy (v1alpha1) are not read, and ignoring
+	// one with a warning would drop its denies without a word.
+	ClusterPolicyGroup: {},
 }
 
 // knownOtherKind reports whether kind of apiVersion may be ignored as a

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // merge builds the Snapshot of a directory from its files' loads, in file
@@ -415,6 +416,9 @@ func objectsOf(s *Snapshot) map[objectKey]runtime.Object {
 	for _, o := range s.Policies {
 		objs[objectKey{"NetworkPolicy", o.Namespace, o.Name}] = o
 	}
+	for _, o := range s.ClusterPolicies {
+		objs[objectKey{"ClusterNetworkPolicy", "", o.Name}] = o
+	}
 	return objs
 }
 
@@ -429,6 +433,8 @@ func (s *Snapshot) add(obj runtime.Object) {
 		s.Nodes = append(s.Nodes, o)
 	case *networkingv1.NetworkPolicy:
 		s.Policies = append(s.Policies, o)
+	case *policyv1beta1.ClusterNetworkPolicy:
+		s.ClusterPolicies = append(s.ClusterPolicies, o)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Admit does to obj what the API server does before storing it: default it,
@@ -22,8 +23,9 @@ import (
 // (canonical IPs, CIDRs masked to their prefix) and returns nil; otherwise
 // obj is only defaulted and the errors say why it must be dropped.
 //
-// obj is a *corev1.Namespace, *corev1.Pod, *corev1.Node or
-// *networkingv1.NetworkPolicy; anything else is an internal error.
+// obj is a *corev1.Namespace, *corev1.Pod, *corev1.Node,
+// *networkingv1.NetworkPolicy or *policyv1beta1.ClusterNetworkPolicy;
+// anything else is an internal error.
 func Admit(obj runtime.Object) field.ErrorList {
 	var errs field.ErrorList
 	switch o := obj.(type) {
@@ -44,6 +46,11 @@ func Admit(obj runtime.Object) field.ErrorList {
 		DefaultNetworkPolicy(o)
 		if errs = ValidateNetworkPolicy(o); len(errs) == 0 {
 			normalizeNetworkPolicy(o)
+		}
+	case *policyv1beta1.ClusterNetworkPolicy:
+		DefaultClusterNetworkPolicy(o)
+		if errs = ValidateClusterNetworkPolicy(o); len(errs) == 0 {
+			normalizeClusterNetworkPolicy(o)
 		}
 	default:
 		errs = field.ErrorList{field.InternalError(nil, fmt.Errorf("k8s.Admit: unsupported type %T", obj))}
