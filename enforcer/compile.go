@@ -11,6 +11,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -150,6 +152,16 @@ type Compiler struct {
 	policiesByNS   map[string][]*policyState // sorted by name
 	policyProblems map[objKey]*policyState   // those with problems
 
+	// ClusterNetworkPolicies (see cluster.go): the list last walked, each
+	// by name, the tier chains by key, and the groups each pod of this
+	// node is judged by, per direction. Nodes, for node peers.
+	clusterList []*policyv1beta1.ClusterNetworkPolicy
+	cluster     map[string]*clusterPolicyState
+	groups      map[string]*clusterGroup
+	podTiers    map[podChainKey]podTiers
+	nodeList    []*corev1.Node
+	nodes       map[string]nodeView
+
 	// Sets shared by the rules of active policies: peer sets by peerKey,
 	// named-port sets by their use.
 	peers    refCounted[string, *peerSets]
@@ -221,6 +233,10 @@ func NewCompiler(opts Options) *Compiler {
 		policies:       map[objKey]*policyState{},
 		policiesByNS:   map[string][]*policyState{},
 		policyProblems: map[objKey]*policyState{},
+		cluster:        map[string]*clusterPolicyState{},
+		groups:         map[string]*clusterGroup{},
+		podTiers:       map[podChainKey]podTiers{},
+		nodes:          map[string]nodeView{},
 		podChains:      map[podChainKey]*podChain{},
 		chainNames:     newNameRegistry(),
 		peerNames:      newNameRegistry(),
@@ -240,6 +256,8 @@ type changes struct {
 	dispatch   bool                   // some pod chain appeared, went or changed address
 	flowLogNS  map[string]bool        // namespaces whose flow logging was turned on or off
 	localPods  bool                   // a pod of this node appeared, went or changed
+	cluster    bool                   // a ClusterNetworkPolicy appeared, went or changed its spec
+	nodes      bool                   // a Node's labels or addresses changed (node peers)
 }
 
 // Compile compiles snap, reusing what it computed for the previous one. The
@@ -259,9 +277,12 @@ func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Pr
 	c.syncNamespaces(snap.Namespaces, snap.QuarantinedNamespaces, ch)
 	c.syncPods(snap.Pods, snap.Quarantined, snap.Unsettled, ch)
 	c.syncPolicies(snap.Policies, ch)
+	c.syncClusterPolicies(snap.ClusterPolicies, ch)
+	c.syncNodes(snap.Nodes, ch)
 	c.refreshFlowLog(ch)
 	c.refreshPeers(ch)
 	c.refreshTargets(ch)
+	c.refreshCluster(ch)
 	c.refreshPortSets(ch)
 	c.refreshPodChains(ch)
 	c.refreshUnknown(snap.Nodes, ch)
@@ -328,7 +349,7 @@ func (c *Compiler) problems() []Problem {
 	for _, k := range slices.SortedFunc(maps.Keys(c.policyProblems), compareKeys) {
 		out = append(out, c.policyProblems[k].problems()...)
 	}
-	return out
+	return append(out, c.clusterProblems()...)
 }
 
 func compareKeys(a, b objKey) int {
@@ -452,7 +473,8 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	}
 	k := podChainKey{pd.key, d.name}
 	old := c.podChains[k]
-	if len(selecting) == 0 && !pd.quarantined {
+	tiers := c.podTiers[k]
+	if len(selecting) == 0 && !pd.quarantined && tiers == (podTiers{}) {
 		if old != nil {
 			c.dropPodChain(k, old)
 			ch.dispatch = true
@@ -472,7 +494,7 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 		c.retireFlowID(d.name+"-pod", pd.namespace, pd.name)
 		flowID = ""
 	}
-	chain := c.podChain(name, pd, d, selecting, flowID)
+	chain := c.podChain(name, pd, d, selecting, tiers, flowID)
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, chain.Rules, nft.Rule.Equal) {
 		return
 	}
@@ -481,6 +503,21 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	}
 	c.podChains[k] = &podChain{pod: pd, chain: chain, flowID: flowID}
 	c.putChain(chainSortKey(2, pd.key, d), chain)
+}
+
+// selfRules let a pod reach itself, through a Service (see podChain).
+func (c *Compiler) selfRules(pd *pod, d direction) []nft.Rule {
+	if c.unsettled[pd.key] != nil {
+		return nil
+	}
+	var out []nft.Rule
+	for _, ip := range pd.ips {
+		out = append(out, nft.Rule{
+			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.ReversePath{}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}},
+			Comment: "a pod may always reach itself (through a Service)",
+		})
+	}
+	return out
 }
 
 // dropPodChain takes the chain of a pod no longer isolated in one direction
@@ -498,12 +535,45 @@ func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
 // selecting policy's chain set our allow bit. A quarantined pod's chain
 // has no policy to jump to: only the pod reaching itself is allowed.
 // With a flowID, what it drops is logged first (denyLogRule).
-func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, flowID string) *nft.Chain {
+//
+// For a subject of ClusterNetworkPolicies (tiers), the Admin tier's chain
+// comes first and an Accept there returns at once; the NetworkPolicy stage
+// follows as above when a policy isolates the pod, and otherwise the
+// Baseline tier's chain, whose end is the default: allowed.
+func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, tiers podTiers, flowID string) *nft.Chain {
 	ch := &nft.Chain{Name: name}
 	ch.Rules = append(ch.Rules, nft.Rule{
 		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
 		Comment: "only our policy chains may set our bits",
 	})
+	selfRules := c.selfRules(pd, d)
+	if tiers != (podTiers{}) {
+		// A pod reaching itself is not subject to ClusterNetworkPolicy,
+		// whose Deny rules drop in its chains: the check comes first.
+		ch.Rules = append(ch.Rules, selfRules...)
+		selfRules = nil
+	}
+	if tiers.admin != nil {
+		ch.Rules = append(ch.Rules, nft.Rule{
+			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: tiers.admin.chain.Name}},
+			Comment: "the admin tier first",
+		})
+		if tiers.admin.accepts {
+			ch.Rules = append(ch.Rules, nft.Rule{
+				Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
+				Comment: "accepted by the admin tier: clear our bits and go on",
+			})
+		}
+	}
+	if len(policyChains) == 0 && !pd.quarantined {
+		if tiers.baseline != nil {
+			ch.Rules = append(ch.Rules, nft.Rule{
+				Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Goto, Chain: tiers.baseline.chain.Name}},
+				Comment: "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed",
+			})
+		}
+		return ch
+	}
 	if len(policyChains) > 0 {
 		for _, pc := range policyChains {
 			ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
@@ -527,16 +597,7 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 	// is known to be: its "addresses" may be two things, and letting each
 	// reach the other as itself opened what its quarantine closes (the
 	// third adversarial pass, through a Service), so it gets no exemption.
-	selfAddrs := pd.ips
-	if c.unsettled[pd.key] != nil {
-		selfAddrs = nil
-	}
-	for _, ip := range selfAddrs {
-		ch.Rules = append(ch.Rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.ReversePath{}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}},
-			Comment: "a pod may always reach itself (through a Service)",
-		})
-	}
+	ch.Rules = append(ch.Rules, selfRules...)
 	drop := fmt.Sprintf("%s: no %s rule allows", pd.key, d.name)
 	if pd.quarantined {
 		drop = fmt.Sprintf("%s: quarantined, its labels are not known: nothing allowed", pd.key)

@@ -430,45 +430,50 @@ func traceAllowed(t *testing.T, table *nft.Table, p nft.Packet) bool {
 
 func TestCompileTrace(t *testing.T) {
 	for _, tc := range compileCases {
-		t.Run(tc.name, func(t *testing.T) {
-			table, problems := Compile(tc.snap, Options{Node: testNode})
-			if len(problems) > 0 {
-				t.Fatalf("problems: %v", problems)
+		t.Run(tc.name, func(t *testing.T) { traceCase(t, tc) })
+	}
+}
+
+// traceCase compiles tc's snapshot, which must compile without problems,
+// and holds every probe and matrix of it to the table's verdicts.
+func traceCase(t *testing.T, tc compileCase) {
+	t.Helper()
+	table, problems := Compile(tc.snap, Options{Node: testNode})
+	if len(problems) > 0 {
+		t.Fatalf("problems: %v", problems)
+	}
+	for _, f := range []nft.IPFamily{nft.IPv4, nft.IPv6} {
+		for _, p := range tc.probes {
+			pkt := nft.Packet{Src: addrOf(t, p.from, f), Dst: addrOf(t, p.to, f), Proto: p.proto, Dport: p.port, Mark: otherMark}
+			pkt.DNAT = pkt.Src == pkt.Dst // a pod reaches itself over forward only through a Service
+			if nft.FamilyOf(pkt.Src) != nft.FamilyOf(pkt.Dst) {
+				continue // a literal address of the other family
 			}
-			for _, f := range []nft.IPFamily{nft.IPv4, nft.IPv6} {
-				for _, p := range tc.probes {
-					pkt := nft.Packet{Src: addrOf(t, p.from, f), Dst: addrOf(t, p.to, f), Proto: p.proto, Dport: p.port, Mark: otherMark}
-					pkt.DNAT = pkt.Src == pkt.Dst // a pod reaches itself over forward only through a Service
-					if nft.FamilyOf(pkt.Src) != nft.FamilyOf(pkt.Dst) {
-						continue // a literal address of the other family
-					}
-					if got := traceAllowed(t, table, pkt); got != p.want {
-						t.Errorf("%s %s→%s %s/%d: allowed=%v, want %v", f.Keyword(), p.from, p.to, p.proto, p.port, got, p.want)
-					}
-				}
-				for _, m := range tc.matrices {
-					var diff []string
-					for _, from := range allPods() {
-						for _, to := range allPods() {
-							pkt := nft.Packet{Src: addrOf(t, from, f), Dst: addrOf(t, to, f), Proto: m.proto, Dport: m.port, Mark: otherMark, DNAT: from == to}
-							if got, want := traceAllowed(t, table, pkt), m.want(from, to); got != want {
-								diff = append(diff, fmt.Sprintf("  %s→%s allowed=%v want %v", from, to, got, want))
-							}
-						}
-					}
-					if len(diff) > 0 {
-						t.Errorf("%s %s/%d matrix differs:\n%s", f.Keyword(), m.proto, m.port, strings.Join(diff, "\n"))
-					}
-				}
+			if got := traceAllowed(t, table, pkt); got != p.want {
+				t.Errorf("%s %s→%s %s/%d: allowed=%v, want %v", f.Keyword(), p.from, p.to, p.proto, p.port, got, p.want)
 			}
-			// Replies of any flow always pass: policy is for NEW packets only.
+		}
+		for _, m := range tc.matrices {
+			var diff []string
 			for _, from := range allPods() {
-				pkt := nft.Packet{Src: addrOf(t, from, nft.IPv4), Dst: addrOf(t, "x/a", nft.IPv4), Proto: nft.ProtoTCP, Dport: 40000, Established: true}
-				if !traceAllowed(t, table, pkt) {
-					t.Errorf("established packet %s→x/a dropped", from)
+				for _, to := range allPods() {
+					pkt := nft.Packet{Src: addrOf(t, from, f), Dst: addrOf(t, to, f), Proto: m.proto, Dport: m.port, Mark: otherMark, DNAT: from == to}
+					if got, want := traceAllowed(t, table, pkt), m.want(from, to); got != want {
+						diff = append(diff, fmt.Sprintf("  %s→%s allowed=%v want %v", from, to, got, want))
+					}
 				}
 			}
-		})
+			if len(diff) > 0 {
+				t.Errorf("%s %s/%d matrix differs:\n%s", f.Keyword(), m.proto, m.port, strings.Join(diff, "\n"))
+			}
+		}
+	}
+	// Replies of any flow always pass: policy is for NEW packets only.
+	for _, from := range allPods() {
+		pkt := nft.Packet{Src: addrOf(t, from, nft.IPv4), Dst: addrOf(t, "x/a", nft.IPv4), Proto: nft.ProtoTCP, Dport: 40000, Established: true}
+		if !traceAllowed(t, table, pkt) {
+			t.Errorf("established packet %s→x/a dropped", from)
+		}
 	}
 }
 

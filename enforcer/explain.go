@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -65,14 +67,49 @@ type Side struct {
 	// Quarantined: the pod's labels are not known (k8s.Snapshot.Quarantined),
 	// so it is isolated with nothing allowed, whatever selects it.
 	Quarantined bool
+
+	// Admin and Baseline are the ClusterNetworkPolicies judging the pod
+	// in this direction, tier by tier, in the order judged; AdminRule and
+	// BaselineRule the first rule of each tier matching the connection
+	// (nil: none does), whether or not the packet got that far.
+	Admin, Baseline         []string
+	AdminRule, BaselineRule *ClusterRuleRef
 }
 
-// Isolated reports whether a policy selects the pod for this direction,
-// or it is quarantined.
+// Isolated reports whether a NetworkPolicy selects the pod for this
+// direction, or it is quarantined.
 func (s *Side) Isolated() bool { return len(s.Policies) > 0 || s.Quarantined }
 
 // Allowed reports whether this direction lets the connection through.
-func (s *Side) Allowed() bool { return !s.Isolated() || len(s.Allows) > 0 || s.Self }
+func (s *Side) Allowed() bool {
+	switch s.DecidedBy() {
+	case "self", "default":
+		return true
+	case tierAdmin:
+		return s.AdminRule.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionAccept)
+	case tierBaseline:
+		return s.BaselineRule.Action != string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
+	}
+	return len(s.Allows) > 0
+}
+
+// DecidedBy names the stage that decided this direction: "self" (the pod
+// reaching itself), "admin" (an Accept or Deny of the Admin tier),
+// "networkpolicy" (NetworkPolicy, or quarantine), "baseline" (a rule of the
+// Baseline tier) or "default" (nothing isolates it: allowed).
+func (s *Side) DecidedBy() string {
+	switch {
+	case s.Self:
+		return "self"
+	case s.AdminRule != nil && s.AdminRule.Action != string(policyv1beta1.ClusterNetworkPolicyRuleActionPass):
+		return tierAdmin
+	case s.Isolated():
+		return "networkpolicy"
+	case s.BaselineRule != nil:
+		return tierBaseline
+	}
+	return "default"
+}
 
 // A RuleRef is one rule of a policy: spec.ingress[Rule] or spec.egress[Rule].
 type RuleRef struct {
@@ -113,6 +150,18 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 		}
 		s.Quarantined = pc.pod.quarantined
 		for i, r := range pc.chain.Rules {
+			if g := c.tierChain(r); g != nil {
+				ref, err := firstMatching(tracer, g, p)
+				if err != nil {
+					return nil, err
+				}
+				if g.tier == tierAdmin {
+					s.Admin, s.AdminRule = g.memberNames(), ref
+				} else {
+					s.Baseline, s.BaselineRule = g.memberNames(), ref
+				}
+				continue
+			}
 			if v, ok := jumpTarget(r); ok {
 				ps := byChain[v]
 				if ps == nil {
@@ -161,6 +210,48 @@ func (c *Compiler) endpoint(a netip.Addr) Endpoint {
 	return e
 }
 
+// tierChain is the tier chain a pod chain's rule jumps or goes to, if it
+// is one (see podChain).
+func (c *Compiler) tierChain(r nft.Rule) *clusterGroup {
+	if len(r.Exprs) != 1 {
+		return nil
+	}
+	v, ok := r.Exprs[0].(nft.Verdict)
+	if !ok || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
+		return nil
+	}
+	for _, g := range c.groups {
+		if g.chain.Name == v.Chain {
+			return g
+		}
+	}
+	return nil
+}
+
+// firstMatching is the rule of a tier chain that decides p: the first
+// that matches it.
+func firstMatching(tracer *nft.Tracer, g *clusterGroup, p nft.Packet) (*ClusterRuleRef, error) {
+	for j := range g.chain.Rules {
+		ok, err := tracer.Matches(g.chain.Name, j, p)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ref := g.refs[j]
+			return &ref, nil
+		}
+	}
+	return nil, nil
+}
+
+func (g *clusterGroup) memberNames() []string {
+	out := make([]string, len(g.members))
+	for i, m := range g.members {
+		out[i] = m.name
+	}
+	return out
+}
+
 // jumpTarget is the chain a pod chain's rule jumps to, if it is a jump.
 func jumpTarget(r nft.Rule) (string, bool) {
 	if len(r.Exprs) == 1 {
@@ -175,6 +266,60 @@ func jumpTarget(r nft.Rule) (string, bool) {
 // reach itself (see Compiler.podChain).
 func isSelfRule(r nft.Rule) bool {
 	return slices.ContainsFunc(r.Exprs, func(e nft.Expr) bool { _, ok := e.(nft.CtStatusDNAT); return ok })
+}
+
+// writeTiers prints a side judged by ClusterNetworkPolicies: each stage
+// in order, up to the one that decided.
+func (s *Side) writeTiers(b *strings.Builder) {
+	decided := s.DecidedBy()
+	verdict := "dropped"
+	if s.Allowed() {
+		verdict = "allowed"
+	}
+	fmt.Fprintf(b, "%s: %s\n", s.Direction, s.Pod)
+	if decided == "self" {
+		fmt.Fprintf(b, "  %s: the pod reaching itself through a Service, which no policy judges\n", verdict)
+		return
+	}
+	if len(s.Admin) > 0 {
+		fmt.Fprintf(b, "  admin tier (%s): ", strings.Join(s.Admin, ", "))
+		switch {
+		case s.AdminRule == nil:
+			fmt.Fprintf(b, "no rule matches\n")
+		case decided == tierAdmin:
+			fmt.Fprintf(b, "%s\n  %s by the admin tier\n", s.AdminRule, verdict)
+			return
+		default:
+			fmt.Fprintf(b, "%s: on to NetworkPolicy\n", s.AdminRule)
+		}
+	}
+	if decided == "networkpolicy" {
+		switch {
+		case s.Quarantined:
+			fmt.Fprintf(b, "  quarantined: its labels are not known (a rejected manifest): nothing allowed\n")
+		default:
+			fmt.Fprintf(b, "  NetworkPolicy: isolated by %s\n", strings.Join(s.Policies, ", "))
+			for _, r := range s.Allows {
+				fmt.Fprintf(b, "    allowed by %s\n", r)
+			}
+		}
+		fmt.Fprintf(b, "  %s by NetworkPolicy\n", verdict)
+		return
+	}
+	fmt.Fprintf(b, "  NetworkPolicy: none isolates it\n")
+	if len(s.Baseline) > 0 {
+		fmt.Fprintf(b, "  baseline tier (%s): ", strings.Join(s.Baseline, ", "))
+		if s.BaselineRule == nil {
+			fmt.Fprintf(b, "no rule matches\n")
+		} else {
+			fmt.Fprintf(b, "%s\n", s.BaselineRule)
+		}
+	}
+	if decided == tierBaseline {
+		fmt.Fprintf(b, "  %s by the baseline tier\n", verdict)
+		return
+	}
+	fmt.Fprintf(b, "  %s: the default\n", verdict)
 }
 
 // String is the explanation as `nftpolicy explain` prints it.
@@ -193,6 +338,8 @@ func (x *Explanation) String() string {
 			fmt.Fprintf(&b, "%s: %s is no pod; nothing to check\n", s.name, s.end.Addr)
 		case s.side == nil:
 			fmt.Fprintf(&b, "%s: %s is not on this node; its own node checks %s\n", s.name, s.end.Pod, s.name)
+		case len(s.side.Admin)+len(s.side.Baseline) > 0:
+			s.side.writeTiers(&b)
 		case !s.side.Isolated():
 			fmt.Fprintf(&b, "%s: %s is not isolated for %s (no policy selects it): allowed\n", s.name, s.side.Pod, s.name)
 		case s.side.Quarantined:

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -210,6 +212,10 @@ type world struct {
 	// the same way.
 	quarantinedNS map[string]bool
 	unsettled     map[objKey]*k8s.UnsettledPod
+	// ClusterNetworkPolicies by name, and another node whose labels and
+	// addresses node peers read.
+	cluster map[string]*cnpv1.ClusterNetworkPolicy
+	other   *corev1.Node
 }
 
 var (
@@ -217,7 +223,64 @@ var (
 	worldPods       = []string{"a", "b", "c", "d", "e"}
 	worldPolicies   = []string{"p0", "p1", "p2", "p3", "p4", "p5"}
 	worldPortNames  = []string{"http", "dns", "metrics"}
+
+	worldClusterPolicies = []string{"c0", "c1", "c2", "c3"}
 )
+
+func (w *world) randomOtherNode() *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2", Labels: map[string]string{"role": w.pick([]string{"db", "web"})}}}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: w.pick([]string{"192.0.2.1", "192.0.2.2"})}, {Type: corev1.NodeInternalIP, Address: "2001:db8::1"}}
+	return n
+}
+
+// randomClusterPolicy is a ClusterNetworkPolicy of either tier, with
+// subjects and peers that pod, namespace and node events move in and out.
+func (w *world) randomClusterPolicy(name string) *cnpv1.ClusterNetworkPolicy {
+	p := &cnpv1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	p.Spec.Tier = []cnpv1.Tier{cnpv1.AdminTier, cnpv1.BaselineTier}[w.r.IntN(2)]
+	p.Spec.Priority = int32(w.r.IntN(3))
+	team := &metav1.LabelSelector{MatchLabels: map[string]string{"team": w.pick([]string{"red", "blue"})}}
+	app := metav1.LabelSelector{MatchLabels: map[string]string{"app": w.pick([]string{"web", "db"})}}
+	if w.r.IntN(2) == 0 {
+		p.Spec.Subject.Namespaces = team
+	} else {
+		p.Spec.Subject.Pods = &cnpv1.NamespacedPod{PodSelector: app}
+	}
+	actions := []cnpv1.ClusterNetworkPolicyRuleAction{cnpAccept, cnpDeny, cnpPass}
+	protocols := func() []cnpv1.ClusterNetworkPolicyProtocol {
+		switch w.r.IntN(4) {
+		case 0:
+			return []cnpv1.ClusterNetworkPolicyProtocol{tcpPort(int32(80 + w.r.IntN(3)))}
+		case 1:
+			return []cnpv1.ClusterNetworkPolicyProtocol{{DestinationNamedPort: w.pick(worldPortNames)}}
+		case 2:
+			return []cnpv1.ClusterNetworkPolicyProtocol{udpRange(5000, 5100)}
+		}
+		return nil
+	}
+	for i := w.r.IntN(3); i > 0; i-- {
+		peer := cnpv1.ClusterNetworkPolicyIngressPeer{Namespaces: team}
+		if w.r.IntN(2) == 0 {
+			peer = cnpv1.ClusterNetworkPolicyIngressPeer{Pods: &cnpv1.NamespacedPod{PodSelector: app}}
+		}
+		p.Spec.Ingress = append(p.Spec.Ingress, cnpv1.ClusterNetworkPolicyIngressRule{Action: actions[w.r.IntN(3)], From: from(peer), Protocols: protocols()})
+	}
+	for i := w.r.IntN(3); i > 0; i-- {
+		var peer cnpv1.ClusterNetworkPolicyEgressPeer
+		switch w.r.IntN(4) {
+		case 0:
+			peer.Namespaces = team
+		case 1:
+			peer.Pods = &cnpv1.NamespacedPod{PodSelector: app}
+		case 2:
+			peer.Nodes = &metav1.LabelSelector{MatchLabels: map[string]string{"role": "db"}}
+		default:
+			peer.Networks = []cnpv1.CIDR{"10.1.0.0/24", "fd00:1::/64"}
+		}
+		p.Spec.Egress = append(p.Spec.Egress, cnpv1.ClusterNetworkPolicyEgressRule{Action: actions[w.r.IntN(3)], To: to(peer), Protocols: protocols()})
+	}
+	return p
+}
 
 func newWorld(seed uint64) *world {
 	w := &world{
@@ -229,7 +292,13 @@ func newWorld(seed uint64) *world {
 	w.quarantined = map[objKey]bool{}
 	w.quarantinedNS = map[string]bool{}
 	w.unsettled = map[objKey]*k8s.UnsettledPod{}
+	w.cluster = map[string]*cnpv1.ClusterNetworkPolicy{}
 	w.node = w.randomNode()
+	w.other = w.randomOtherNode()
+	for i := 0; i < 2; i++ {
+		name := w.pick(worldClusterPolicies)
+		w.cluster[name] = w.randomClusterPolicy(name)
+	}
 	for _, ns := range worldNamespaces[:3] {
 		w.namespaces[ns] = w.randomNamespace(ns)
 		for _, p := range worldPods[:3] {
@@ -378,7 +447,22 @@ func (w *world) randomPolicy(ns, name string) *networkingv1.NetworkPolicy {
 
 // step changes the world by one event and names it.
 func (w *world) step() string {
-	switch w.r.IntN(12) {
+	switch w.r.IntN(14) {
+	case 12: // a ClusterNetworkPolicy added, replaced or deleted
+		name := w.pick(worldClusterPolicies)
+		if _, ok := w.cluster[name]; ok && w.r.IntN(3) == 0 {
+			delete(w.cluster, name)
+			return "cluster policy delete " + name
+		}
+		w.cluster[name] = w.randomClusterPolicy(name)
+		return "cluster policy set " + name
+	case 13: // the other node relabelled, readdressed, deleted or back
+		if w.other != nil && w.r.IntN(4) == 0 {
+			w.other = nil
+			return "other node delete"
+		}
+		w.other = w.randomOtherNode()
+		return "other node set"
 	case 0, 1: // pod added or replaced
 		ns, name := w.pick(worldNamespaces), w.pick(worldPods)
 		w.pods[objKey{ns, name}] = w.randomPod(ns, name)
@@ -480,6 +564,9 @@ func (w *world) step() string {
 		for k, ns := range w.namespaces {
 			w.namespaces[k] = ns.DeepCopy()
 		}
+		for k, p := range w.cluster {
+			w.cluster[k] = p.DeepCopy()
+		}
 		return "copies"
 	}
 	return "nothing"
@@ -526,8 +613,14 @@ func (w *world) snapshot() *k8s.Snapshot {
 	for _, k := range slices.SortedFunc(maps.Keys(w.policies), compareKeys) {
 		s.Policies = append(s.Policies, w.policies[k])
 	}
+	for _, name := range slices.Sorted(maps.Keys(w.cluster)) {
+		s.ClusterPolicies = append(s.ClusterPolicies, w.cluster[name])
+	}
 	if w.node != nil {
 		s.Nodes = []*corev1.Node{w.node}
+	}
+	if w.other != nil {
+		s.Nodes = append(s.Nodes, w.other)
 	}
 	if w.r.IntN(10) == 0 {
 		w.r.Shuffle(len(s.Pods), func(i, j int) { s.Pods[i], s.Pods[j] = s.Pods[j], s.Pods[i] })

@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/nftpolicy/nftpolicy/internal/testns"
@@ -8,9 +9,10 @@ import (
 )
 
 // TestKernelCompiledTablesMatchNft programs every compiled case over netlink
-// and checks it lists exactly like nft's own load of the rendered text.
+// and checks it lists exactly like nft's own load of the rendered text;
+// the cluster policy cases too.
 func TestKernelCompiledTablesMatchNft(t *testing.T) {
-	for _, tc := range compileCases {
+	for _, tc := range append(slices.Clip(compileCases), clusterCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			table := mustCompile(t, tc.snap)
 			testns.AssertSameAsNft(t, table.Name, func(netns string) error {

@@ -29,6 +29,12 @@ type parsedPeers struct {
 	policyNS  string
 	selectors []peerSelector
 	blocks    *netipx.IPSet // union of the ipBlock peers; nil when there are none
+	// nodes select Nodes whose status addresses are peers (a
+	// ClusterNetworkPolicy's nodes peer).
+	nodes []labels.Selector
+	// all: the peers are every address (a ClusterNetworkPolicy's networks
+	// 0.0.0.0/0 and ::/0), matched without a set.
+	all bool
 }
 
 // A peerSelector is one selector peer: namespaces nil means the policy's
@@ -175,6 +181,11 @@ func (c *Compiler) computePeers(e *peerSets) {
 			}
 		}
 	}
+	for _, sel := range e.parsed.nodes {
+		for _, ip := range c.nodeAddrs(sel) {
+			all.Add(ip)
+		}
+	}
 	addrs, _ := all.IPSet() // only fails for invalid addresses, which pods never hold
 	for _, f := range families {
 		elems := rangesOf(addrs, f)
@@ -226,7 +237,7 @@ func (c *Compiler) selectPods(policyNS string, s peerSelector) []*pod {
 // refreshPeers recomputes the peer sets that a changed pod or namespace
 // could be part of.
 func (c *Compiler) refreshPeers(ch *changes) {
-	if len(ch.pods) == 0 && len(ch.namespaces) == 0 {
+	if len(ch.pods) == 0 && len(ch.namespaces) == 0 && !ch.nodes {
 		return
 	}
 	for e := range c.peers.values() {
@@ -240,6 +251,9 @@ func (c *Compiler) refreshPeers(ch *changes) {
 // name: a namespace entering or leaving a namespace selector, or a pod in a
 // selected namespace matching a pod selector before or after its change.
 func (c *Compiler) peersTouched(e *peerSets, ch *changes) bool {
+	if ch.nodes && len(e.parsed.nodes) > 0 {
+		return true
+	}
 	for _, s := range e.parsed.selectors {
 		if s.namespaces == nil {
 			if podsMatch(s.pods, ch.pods[e.parsed.policyNS]) {

@@ -1,0 +1,686 @@
+package enforcer
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"go4.org/netipx"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// This file compiles ClusterNetworkPolicy (policy.networking.k8s.io
+// v1beta1): the Admin tier, judged ahead of NetworkPolicy, and the
+// Baseline tier, judged where no NetworkPolicy isolates the pod. See
+// "Cluster network policy" in doc.go for the layout and why.
+
+// Tier names as the API spells them, and as chains and explanations
+// print them.
+const (
+	tierAdmin    = "admin"
+	tierBaseline = "baseline"
+)
+
+// A clusterPolicyState is one ClusterNetworkPolicy as compiled. Its rules
+// follow from the spec alone and are built once per spec; which pods of
+// this node it applies to follows from their labels and their
+// namespaces'.
+type clusterPolicyState struct {
+	name string
+	cnp  *policyv1beta1.ClusterNetworkPolicy
+	tier string
+
+	// The subject: pods whose namespace matches namespaces and whose
+	// labels match pods. Both nil: it selects nothing (a problem says why).
+	subjectNS, subjectPods labels.Selector
+
+	// rules: by direction name, the chain rules its spec compiles to, in
+	// the order they are judged; refs says which spec rule each one is.
+	rules map[string][]nft.Rule
+	refs  map[string][]ClusterRuleRef
+
+	problems    []Problem // reported while active, as a NetworkPolicy's are
+	selProblems []Problem
+	peerUses    []peerUse
+	portUses    []portUse
+
+	active bool // some pod of this node is its subject: its sets are in the table
+}
+
+// A ClusterRuleRef is one rule of a ClusterNetworkPolicy:
+// spec.ingress[Rule] or spec.egress[Rule], with its action.
+type ClusterRuleRef struct {
+	Policy    string // the ClusterNetworkPolicy's name
+	Tier      string // "admin" or "baseline"
+	Direction string
+	Rule      int
+	Name      string // the rule's own name, when it has one
+	Action    string // "Accept", "Deny" or "Pass"
+}
+
+func (r ClusterRuleRef) String() string {
+	s := fmt.Sprintf("ClusterNetworkPolicy %s (%s) %s[%d]", r.Policy, r.Tier, r.Direction, r.Rule)
+	if r.Name != "" {
+		s += " " + r.Name
+	}
+	return s + ": " + r.Action
+}
+
+func clusterPolicyObject(name string) string { return "ClusterNetworkPolicy " + name }
+
+// clusterOrder is the order policies of one tier are judged in: lower
+// priority first; policies of equal priority by name. The API leaves the
+// order of equal priorities to the implementation; by name is stable
+// across restarts and nodes.
+func clusterOrder(a, b *clusterPolicyState) int {
+	return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.cnp.Spec.Priority, b.cnp.Spec.Priority), cmp.Compare(a.name, b.name))
+}
+
+// A clusterGroup is the chain of one tier and direction for the pods of
+// this node that the same policies select: their rules in order, inline.
+// Pods selected alike share it, so a namespace-wide guardrail is one
+// chain, not one per pod.
+type clusterGroup struct {
+	key     string
+	tier    string
+	dir     direction
+	members []*clusterPolicyState
+	chain   *nft.Chain
+	refs    []ClusterRuleRef // the spec rule of each chain rule
+	accepts bool             // some rule accepts: the pod chain checks our bit after it
+}
+
+// podTiers are the groups a pod of this node is judged by in one direction.
+type podTiers struct{ admin, baseline *clusterGroup }
+
+func (c *Compiler) syncClusterPolicies(cnps []*policyv1beta1.ClusterNetworkPolicy, ch *changes) {
+	key := func(p *policyv1beta1.ClusterNetworkPolicy) objKey { return objKey{name: p.Name} }
+	c.clusterList = walkChanges(c.clusterList, cnps, key, func(k objKey, _, cnp *policyv1beta1.ClusterNetworkPolicy) {
+		old := c.cluster[k.name]
+		if old != nil && cnp != nil && equality.Semantic.DeepEqual(old.cnp.Spec, cnp.Spec) {
+			old.cnp = cnp
+			return
+		}
+		ch.cluster = true
+		if old != nil {
+			if old.active {
+				c.deactivateCluster(old)
+			}
+			for _, u := range old.peerUses {
+				c.releasePeersName(u.key)
+			}
+			delete(c.cluster, k.name)
+		}
+		if cnp != nil {
+			c.cluster[k.name] = c.planClusterPolicy(cnp)
+		}
+	})
+}
+
+// planClusterPolicy builds what follows from a policy's spec.
+func (c *Compiler) planClusterPolicy(cnp *policyv1beta1.ClusterNetworkPolicy) *clusterPolicyState {
+	p := &clusterPolicyState{name: cnp.Name, cnp: cnp, rules: map[string][]nft.Rule{}, refs: map[string][]ClusterRuleRef{}}
+	obj := clusterPolicyObject(cnp.Name)
+	switch cnp.Spec.Tier {
+	case policyv1beta1.AdminTier:
+		p.tier = tierAdmin
+	case policyv1beta1.BaselineTier:
+		p.tier = tierBaseline
+	default:
+		p.selProblems = append(p.selProblems, Problem{Object: obj, Err: fmt.Errorf("spec.tier %q is neither Admin nor Baseline (policy ignored)", cnp.Spec.Tier)})
+		return p
+	}
+	var err error
+	switch s := cnp.Spec.Subject; {
+	case s.Namespaces != nil && s.Pods == nil:
+		p.subjectNS, err = metav1.LabelSelectorAsSelector(s.Namespaces)
+		p.subjectPods = labels.Everything()
+	case s.Pods != nil && s.Namespaces == nil:
+		p.subjectNS, err = metav1.LabelSelectorAsSelector(&s.Pods.NamespaceSelector)
+		if err == nil {
+			p.subjectPods, err = metav1.LabelSelectorAsSelector(&s.Pods.PodSelector)
+		}
+	default:
+		err = fmt.Errorf("exactly one of namespaces and pods must be set")
+	}
+	if err != nil {
+		p.subjectNS, p.subjectPods = nil, nil
+		p.selProblems = append(p.selProblems, Problem{Object: obj, Err: fmt.Errorf("spec.subject: %w (policy selects no pod)", err)})
+		return p
+	}
+	for _, d := range directions {
+		c.clusterRules(p, d)
+	}
+	return p
+}
+
+// A clusterPeer is one peer of a rule, whichever direction.
+type clusterPeer struct {
+	namespaces *metav1.LabelSelector
+	pods       *policyv1beta1.NamespacedPod
+	nodes      *metav1.LabelSelector
+	networks   []policyv1beta1.CIDR
+	domains    []policyv1beta1.DomainName
+}
+
+type clusterRuleSpec struct {
+	name      string
+	action    policyv1beta1.ClusterNetworkPolicyRuleAction
+	peers     []clusterPeer
+	protocols []policyv1beta1.ClusterNetworkPolicyProtocol
+}
+
+func clusterRuleSpecs(cnp *policyv1beta1.ClusterNetworkPolicy, d direction) []clusterRuleSpec {
+	var out []clusterRuleSpec
+	if d == ingress {
+		for _, r := range cnp.Spec.Ingress {
+			s := clusterRuleSpec{name: r.Name, action: r.Action, protocols: r.Protocols}
+			for _, p := range r.From {
+				s.peers = append(s.peers, clusterPeer{namespaces: p.Namespaces, pods: p.Pods})
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	for _, r := range cnp.Spec.Egress {
+		s := clusterRuleSpec{name: r.Name, action: r.Action, protocols: r.Protocols}
+		for _, p := range r.To {
+			s.peers = append(s.peers, clusterPeer{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks, domains: p.DomainNames})
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// clusterRules compiles one direction of a policy into the rules its tier
+// chains inline. Verdicts:
+//
+//   - Deny drops;
+//   - Accept in the Admin tier sets our allow bit and returns: the pod
+//     chain returns at once, skipping NetworkPolicy and Baseline, and the
+//     other direction's check still runs (an egress Accept does not
+//     override the destination's ingress policy);
+//   - Pass returns without the bit: the rest of the tier is skipped, and
+//     the pod chain goes on to the next stage;
+//   - in the Baseline tier, the last stage, Accept and Pass both return.
+//
+// What the compiler cannot read fails closed, as the API asks: a peer
+// with no field we know (a newer CRD), or a protocol entry with none,
+// makes an Accept rule match nothing through it and a Deny or Pass rule
+// deny all.
+func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
+	obj := clusterPolicyObject(p.name)
+	var accept, pass []nft.Expr
+	if p.tier == tierAdmin {
+		accept = []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
+	} else {
+		accept = []nft.Expr{nft.Verdict{Kind: nft.Return}}
+	}
+	pass = []nft.Expr{nft.Verdict{Kind: nft.Return}}
+	deny := []nft.Expr{nft.Verdict{Kind: nft.Drop}}
+	problem := func(err error) { p.problems = append(p.problems, Problem{Object: obj, Err: err}) }
+
+	for i, r := range clusterRuleSpecs(p.cnp, d) {
+		where := fmt.Sprintf("spec.%s[%d]", d.name, i)
+		ref := ClusterRuleRef{Policy: p.name, Tier: p.tier, Direction: d.name, Rule: i, Name: r.name, Action: string(r.action)}
+		comment := fmt.Sprintf("%s %s[%d] %s", p.name, d.name, i, r.action)
+		if r.name != "" {
+			comment += " " + r.name
+		}
+		comment = truncateComment(comment)
+		var verdict []nft.Expr
+		switch r.action {
+		case policyv1beta1.ClusterNetworkPolicyRuleActionAccept:
+			verdict = accept
+		case policyv1beta1.ClusterNetworkPolicyRuleActionDeny:
+			verdict = deny
+		case policyv1beta1.ClusterNetworkPolicyRuleActionPass:
+			verdict = pass
+		default:
+			// An action we do not know: deny all, as for an unknown peer.
+			problem(fmt.Errorf("%s: unknown action %q (rule denies all)", where, r.action))
+			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: slices.Clone(deny), Comment: comment})
+			ref.Action = string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
+			p.refs[d.name] = append(p.refs[d.name], ref)
+			continue
+		}
+		isAccept := r.action == policyv1beta1.ClusterNetworkPolicyRuleActionAccept
+		add := func(exprs []nft.Expr) {
+			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: append(exprs, verdict...), Comment: comment})
+			p.refs[d.name] = append(p.refs[d.name], ref)
+		}
+		denyAll := func(why string) {
+			problem(fmt.Errorf("%s: %s (rule denies all, failing closed)", where, why))
+			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: slices.Clone(deny), Comment: comment})
+			ref.Action = string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
+			p.refs[d.name] = append(p.refs[d.name], ref)
+		}
+
+		parsed, key, unknown, err := c.parseClusterPeers(r.peers, d)
+		if err != nil {
+			if isAccept {
+				problem(fmt.Errorf("%s: %w (rule ignored: it accepts nothing)", where, err))
+				continue
+			}
+			denyAll(err.Error())
+			continue
+		}
+		if len(unknown) > 0 {
+			if !isAccept {
+				denyAll(strings.Join(unknown, "; "))
+				continue
+			}
+			problem(fmt.Errorf("%s: %s (those peers accept nothing)", where, strings.Join(unknown, "; ")))
+		}
+		if parsed == nil {
+			continue // an Accept whose every peer matches nothing
+		}
+
+		type portMatch struct {
+			exprs []nft.Expr
+			named *portUse
+		}
+		var ports []portMatch
+		unknownProto := false
+		for j, pr := range r.protocols {
+			var proto nft.Proto
+			var port *policyv1beta1.Port
+			switch {
+			case pr.TCP != nil:
+				proto, port = nft.ProtoTCP, pr.TCP.DestinationPort
+			case pr.UDP != nil:
+				proto, port = nft.ProtoUDP, pr.UDP.DestinationPort
+			case pr.SCTP != nil:
+				proto, port = nft.ProtoSCTP, pr.SCTP.DestinationPort
+			case pr.DestinationNamedPort != "":
+				name := pr.DestinationNamedPort
+				if msgs := validation.IsValidPortName(name); len(msgs) > 0 {
+					problem(fmt.Errorf("%s.protocols[%d]: port %q: %s (entry ignored)", where, j, name, strings.Join(msgs, "; ")))
+					continue
+				}
+				// A container port names its protocol; the name matches
+				// whichever it is.
+				for _, pp := range []nft.Proto{nft.ProtoTCP, nft.ProtoUDP, nft.ProtoSCTP} {
+					use := portUse{name: name, proto: pp, ingress: d == ingress}
+					ports = append(ports, portMatch{named: &use})
+				}
+				continue
+			default:
+				unknownProto = true
+				continue
+			}
+			exprs := []nft.Expr{nft.L4ProtoEq{Proto: proto}}
+			switch {
+			case port == nil:
+			case port.Range != nil:
+				if port.Range.Start < 1 || port.Range.End > 65535 || port.Range.Start > port.Range.End {
+					problem(fmt.Errorf("%s.protocols[%d]: port range %d-%d is not within 1-65535 in order (entry ignored)", where, j, port.Range.Start, port.Range.End))
+					continue
+				}
+				exprs = append(exprs, nft.DportRange{First: uint16(port.Range.Start), Last: uint16(port.Range.End)})
+			case port.Number >= 1 && port.Number <= 65535:
+				exprs = append(exprs, nft.DportRange{First: uint16(port.Number), Last: uint16(port.Number)})
+			default:
+				problem(fmt.Errorf("%s.protocols[%d]: port %d is not within 1-65535 (entry ignored)", where, j, port.Number))
+				continue
+			}
+			ports = append(ports, portMatch{exprs: exprs})
+		}
+		if unknownProto {
+			if !isAccept {
+				denyAll("a protocols entry has no field this version knows")
+				continue
+			}
+			problem(fmt.Errorf("%s: a protocols entry has no field this version knows (it accepts nothing)", where))
+		}
+		if len(r.protocols) > 0 && len(ports) == 0 {
+			if !isAccept && !unknownProto {
+				// Every entry was ignored: matching nothing would open
+				// what the rule denies.
+				denyAll("no protocols entry could be compiled")
+			}
+			continue
+		}
+		if len(r.protocols) == 0 {
+			ports = []portMatch{{}}
+		}
+
+		usedPeers := false
+		matchPeer := func(f nft.IPFamily) []nft.Expr {
+			if parsed.all {
+				return nil
+			}
+			if !usedPeers {
+				usedPeers = true
+				p.peerUses = append(p.peerUses, peerUse{key: key, parsed: parsed})
+				c.acquirePeersName(key)
+			}
+			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(key, f)}}
+		}
+		for _, pm := range ports {
+			if pm.named != nil {
+				p.portUses = append(p.portUses, *pm.named)
+				for _, f := range families {
+					add(append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(*pm.named, f)}))
+				}
+				continue
+			}
+			if parsed.all {
+				add(slices.Clone(pm.exprs))
+				continue
+			}
+			for _, f := range families {
+				add(append(matchPeer(f), pm.exprs...))
+			}
+		}
+	}
+}
+
+// parseClusterPeers parses a rule's peers into the peer set they share
+// with every rule, of any policy, that names the same peers (the key reads
+// as a NetworkPolicy's would where the two mean the same). all is set
+// when the peers are every address. unknown lists the peers that match
+// nothing we can enforce: no field we know, or domainNames, which we do
+// not support. parsed is nil when no peer is left.
+func (c *Compiler) parseClusterPeers(peers []clusterPeer, d direction) (parsed *parsedPeers, key string, unknown []string, err error) {
+	out := &parsedPeers{}
+	var blocks netipx.IPSetBuilder
+	hasBlocks, known := false, false
+	var b strings.Builder
+	field := "from"
+	if d == egress {
+		field = "to"
+	}
+	for k, peer := range peers {
+		switch {
+		case peer.namespaces != nil:
+			sel, err := metav1.LabelSelectorAsSelector(peer.namespaces)
+			if err != nil {
+				return nil, "", nil, fmt.Errorf("%s[%d].namespaces: %w", field, k, err)
+			}
+			out.selectors = append(out.selectors, peerSelector{namespaces: sel, pods: labels.Everything()})
+			fmt.Fprintf(&b, "ns:%s|pod:all;", metav1.FormatLabelSelector(peer.namespaces))
+		case peer.pods != nil:
+			nsSel, err := metav1.LabelSelectorAsSelector(&peer.pods.NamespaceSelector)
+			if err != nil {
+				return nil, "", nil, fmt.Errorf("%s[%d].pods.namespaceSelector: %w", field, k, err)
+			}
+			podSel, err := metav1.LabelSelectorAsSelector(&peer.pods.PodSelector)
+			if err != nil {
+				return nil, "", nil, fmt.Errorf("%s[%d].pods.podSelector: %w", field, k, err)
+			}
+			out.selectors = append(out.selectors, peerSelector{namespaces: nsSel, pods: podSel})
+			fmt.Fprintf(&b, "ns:%s|pod:%s;", metav1.FormatLabelSelector(&peer.pods.NamespaceSelector), metav1.FormatLabelSelector(&peer.pods.PodSelector))
+		case peer.nodes != nil:
+			sel, err := metav1.LabelSelectorAsSelector(peer.nodes)
+			if err != nil {
+				return nil, "", nil, fmt.Errorf("%s[%d].nodes: %w", field, k, err)
+			}
+			out.nodes = append(out.nodes, sel)
+			fmt.Fprintf(&b, "node:%s;", metav1.FormatLabelSelector(peer.nodes))
+		case len(peer.networks) > 0:
+			for n, cidr := range peer.networks {
+				pfx, err := netip.ParsePrefix(string(cidr))
+				if err != nil {
+					return nil, "", nil, fmt.Errorf("%s[%d].networks[%d]: %w", field, k, n, err)
+				}
+				blocks.AddPrefix(pfx.Masked())
+				hasBlocks = true
+				fmt.Fprintf(&b, "ip:%s;", pfx.Masked())
+			}
+		case len(peer.domains) > 0:
+			unknown = append(unknown, fmt.Sprintf("%s[%d].domainNames is not supported by nftpolicy", field, k))
+			continue
+		default:
+			unknown = append(unknown, fmt.Sprintf("%s[%d] has no field this version knows", field, k))
+			continue
+		}
+		known = true
+	}
+	if !known {
+		return nil, "", unknown, nil
+	}
+	if hasBlocks {
+		set, err := blocks.IPSet()
+		if err != nil {
+			return nil, "", nil, err
+		}
+		out.blocks = set
+		if len(out.selectors) == 0 && len(out.nodes) == 0 && isEverything(set) {
+			out.all = true
+		}
+	}
+	return out, b.String(), unknown, nil
+}
+
+// isEverything reports whether s holds every IPv4 and IPv6 address.
+func isEverything(s *netipx.IPSet) bool {
+	return s.ContainsPrefix(netip.MustParsePrefix("0.0.0.0/0")) && s.ContainsPrefix(netip.MustParsePrefix("::/0"))
+}
+
+// hasRules reports whether p judges direction d: a policy without rules
+// in a direction does not affect it.
+func (p *clusterPolicyState) hasRules(d direction) bool {
+	if p.tier == "" || p.subjectNS == nil {
+		return false
+	}
+	if d == ingress {
+		return len(p.cnp.Spec.Ingress) > 0
+	}
+	return len(p.cnp.Spec.Egress) > 0
+}
+
+// subjects reports whether pd is one of p's subjects: host-network pods
+// take no part (see podOf), and a quarantined pod, whose labels are not
+// known, is selected by nothing.
+func (c *Compiler) subjects(p *clusterPolicyState, pd *pod) bool {
+	return p.subjectNS != nil && c.namespaceSelected(p.subjectNS, pd.namespace) && pd.matchedBy(p.subjectPods)
+}
+
+// refreshCluster re-selects the subjects of every ClusterNetworkPolicy
+// among this node's pods when a policy, a pod of this node or a namespace
+// changed, and brings the tier chains and the policies' sets in step.
+func (c *Compiler) refreshCluster(ch *changes) {
+	if !ch.cluster && !ch.localPods && len(ch.namespaces) == 0 {
+		return
+	}
+	ordered := slices.SortedFunc(maps.Values(c.cluster), clusterOrder)
+	want := map[string]*clusterGroup{}
+	tiers := map[podChainKey]podTiers{}
+	active := map[*clusterPolicyState]bool{}
+	for _, ns := range slices.Sorted(maps.Keys(c.localByNS)) {
+		for _, pd := range c.localByNS[ns] {
+			for _, d := range directions {
+				var t podTiers
+				for _, tier := range []string{tierAdmin, tierBaseline} {
+					var members []*clusterPolicyState
+					for _, p := range ordered {
+						if p.tier == tier && p.hasRules(d) && c.subjects(p, pd) {
+							members = append(members, p)
+							active[p] = true
+						}
+					}
+					if len(members) == 0 {
+						continue
+					}
+					g := c.clusterGroupFor(want, tier, d, members)
+					if tier == tierAdmin {
+						t.admin = g
+					} else {
+						t.baseline = g
+					}
+				}
+				if t.admin != nil || t.baseline != nil {
+					tiers[podChainKey{pd.key, d.name}] = t
+				}
+			}
+		}
+	}
+	// Sets first, so that a group's chain never names a set that is not
+	// in the table.
+	for _, p := range ordered {
+		switch {
+		case active[p] && !p.active:
+			c.activateCluster(p)
+		case !active[p] && p.active:
+			c.deactivateCluster(p)
+		}
+	}
+	for key, g := range c.groups {
+		if want[key] != g {
+			c.dropChain(g.chain.Name)
+			if want[key] == nil {
+				c.chainNames.release(key)
+			}
+		}
+	}
+	for key, g := range want {
+		if c.groups[key] != g {
+			c.putChain(clusterSortKey(g), g.chain)
+		}
+	}
+	c.groups = want
+	for k, t := range tiers {
+		if c.podTiers[k] != t {
+			ch.podChainNS[k.pod.namespace] = true
+		}
+	}
+	for k := range c.podTiers {
+		if _, ok := tiers[k]; !ok {
+			ch.podChainNS[k.pod.namespace] = true
+		}
+	}
+	c.podTiers = tiers
+}
+
+// clusterGroupFor returns the group of tier and d for members, reusing
+// the previous call's when its members are the same states.
+func (c *Compiler) clusterGroupFor(want map[string]*clusterGroup, tier string, d direction, members []*clusterPolicyState) *clusterGroup {
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.name
+	}
+	key := tier + "-" + d.name + "\x00" + strings.Join(names, "\x00")
+	if g := want[key]; g != nil {
+		return g
+	}
+	if g := c.groups[key]; g != nil && slices.Equal(g.members, members) {
+		want[key] = g
+		return g
+	}
+	if c.groups[key] == nil {
+		c.chainNames.acquire(key, func(hash string) string { return tier + "-" + d.name + "-" + hash })
+	}
+	g := &clusterGroup{key: key, tier: tier, dir: d, members: members}
+	g.chain = &nft.Chain{Name: c.chainNames.name(key)}
+	for _, m := range members {
+		g.chain.Rules = append(g.chain.Rules, m.rules[d.name]...)
+		g.refs = append(g.refs, m.refs[d.name]...)
+	}
+	for _, r := range g.refs {
+		g.accepts = g.accepts || r.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionAccept)
+	}
+	if len(g.chain.Rules) > 0 {
+		// The first rule says whom the chain serves, for `nft list`.
+		first := g.chain.Rules[0]
+		first.Comment = truncateComment(fmt.Sprintf("%s tier, %s, for the pods selected by %s; %s", tier, d.name, strings.Join(names, ", "), first.Comment))
+		g.chain.Rules = slices.Clone(g.chain.Rules)
+		g.chain.Rules[0] = first
+	}
+	want[key] = g
+	return g
+}
+
+// clusterSortKey orders tier chains after the policy chains and before
+// the pod chains (see chainSortKey).
+func clusterSortKey(g *clusterGroup) string { return "1\x01" + g.key }
+
+func (c *Compiler) activateCluster(p *clusterPolicyState) {
+	p.active = true
+	for _, u := range p.peerUses {
+		c.acquirePeers(u.key, u.parsed)
+	}
+	for _, u := range p.portUses {
+		c.acquirePortSets(u)
+	}
+}
+
+func (c *Compiler) deactivateCluster(p *clusterPolicyState) {
+	p.active = false
+	for _, u := range p.peerUses {
+		c.releasePeers(u.key)
+	}
+	for _, u := range p.portUses {
+		c.releasePortSets(u)
+	}
+}
+
+// clusterProblems lists the problems of ClusterNetworkPolicies by name:
+// what makes one select nothing always, the rest while it applies here.
+func (c *Compiler) clusterProblems() []Problem {
+	var out []Problem
+	for _, name := range slices.Sorted(maps.Keys(c.cluster)) {
+		p := c.cluster[name]
+		out = append(out, p.selProblems...)
+		if p.active {
+			out = append(out, p.problems...)
+		}
+	}
+	return out
+}
+
+// A nodeView is what node peers read of a Node: its labels and the
+// addresses of its status.
+type nodeView struct {
+	labels labels.Set
+	addrs  []netip.Addr
+}
+
+// syncNodes follows the Nodes for node peers, noting a change in what
+// they read.
+func (c *Compiler) syncNodes(nodes []*corev1.Node, ch *changes) {
+	key := func(n *corev1.Node) objKey { return objKey{name: n.Name} }
+	c.nodeList = walkChanges(c.nodeList, nodes, key, func(k objKey, _, n *corev1.Node) {
+		old, had := c.nodes[k.name]
+		if n == nil {
+			if had {
+				delete(c.nodes, k.name)
+				ch.nodes = true
+			}
+			return
+		}
+		v := nodeView{labels: labels.Set(n.Labels)}
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && !slices.Contains(v.addrs, ip.Unmap()) {
+				v.addrs = append(v.addrs, ip.Unmap())
+			}
+		}
+		slices.SortFunc(v.addrs, netip.Addr.Compare)
+		if had && maps.Equal(old.labels, v.labels) && slices.Equal(old.addrs, v.addrs) {
+			return
+		}
+		c.nodes[k.name] = v
+		ch.nodes = true
+	})
+}
+
+// nodeAddrs are the addresses of the nodes sel selects.
+func (c *Compiler) nodeAddrs(sel labels.Selector) []netip.Addr {
+	var out []netip.Addr
+	for _, name := range slices.Sorted(maps.Keys(c.nodes)) {
+		if v := c.nodes[name]; sel.Matches(v.labels) {
+			out = append(out, v.addrs...)
+		}
+	}
+	return out
+}
