@@ -69,7 +69,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		fs.BoolVar(&cfg.force, "force", false, "delete the table even while a running nftpolicy owns it (it writes the table again at once: stop it first)")
 		return cfg, fs.Parse(args)
 	}
-	fs.StringVar(&cfg.manifests, "manifests", "", "directory of Kubernetes YAML/JSON manifests (Namespace, Pod, Node, NetworkPolicy)")
+	fs.StringVar(&cfg.manifests, "manifests", "", "directory of Kubernetes YAML/JSON manifests (Namespace, Pod, Node, NetworkPolicy, ClusterNetworkPolicy)")
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to follow (default: in-cluster when $KUBERNETES_SERVICE_HOST is set)")
 	fs.StringVar(&cfg.node, "node", "", "this node's name (default: $NODE_NAME, then the hostname)")
 	prio := fs.String("priority", "auto", "forward chain priority: auto (ahead of every other filter chain) or a number")

@@ -48,7 +48,7 @@ func load(cfg *config, log *zap.Logger) (*k8s.Snapshot, []*k8s.ObjectError, erro
 // isEmpty reports whether a snapshot holds no object at all: an empty
 // directory, or one whose files hold nothing usable.
 func isEmpty(snap *k8s.Snapshot) bool {
-	return len(snap.Namespaces)+len(snap.Pods)+len(snap.Nodes)+len(snap.Policies) == 0
+	return len(snap.Namespaces)+len(snap.Pods)+len(snap.Nodes)+len(snap.Policies)+len(snap.ClusterPolicies) == 0
 }
 
 // logObjectErrors logs each manifest object left out or kept at its last
