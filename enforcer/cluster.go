@@ -228,6 +228,12 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 	}
 	pass = []nft.Expr{nft.Verdict{Kind: nft.Return}}
 	deny := []nft.Expr{nft.Verdict{Kind: nft.Drop}}
+	if c.opts.Counters {
+		// Every rule counts what it decided (see countedRules).
+		accept = append([]nft.Expr{nft.Counter{}}, accept...)
+		pass = append([]nft.Expr{nft.Counter{}}, pass...)
+		deny = append([]nft.Expr{nft.Counter{}}, deny...)
+	}
 	problem := func(err error) { p.problems = append(p.problems, Problem{Object: obj, Err: err}) }
 
 	for i, r := range clusterRuleSpecs(p.cnp, d) {

@@ -30,11 +30,21 @@ import (
 // ("ingress" or "egress"): the connections the policy Namespace/Policy
 // allowed, or, with Pod set instead, those of the isolated pod
 // Namespace/Pod that no policy allowed.
+//
+// A ClusterNetworkPolicy's rule counts the connections it decided (Tier
+// set, Namespace and Pod empty): every tier rule carries a counter, and
+// the first packet of a connection meets at most one rule of a tier that
+// decides it. A rule shared by several tier chains counts in all of them.
 type CountKey struct {
 	Namespace string
 	Policy    string
 	Pod       string
 	Direction string
+	// For a ClusterNetworkPolicy's rule: its tier ("admin", "baseline"),
+	// index in spec.ingress or spec.egress, and action.
+	Tier   string
+	Rule   int
+	Action string
 }
 
 // podChainDrop is the pod chain's final drop:
@@ -70,6 +80,24 @@ func (c *Compiler) countedChains() map[string]CountKey {
 	return out
 }
 
+// countedRules maps the name of every tier chain of the last table to
+// what each of its rules counts, in chain order; nil without
+// Options.Counters.
+func (c *Compiler) countedRules() map[string][]CountKey {
+	if !c.opts.Counters {
+		return nil
+	}
+	out := make(map[string][]CountKey, len(c.groups))
+	for _, g := range c.groups {
+		keys := make([]CountKey, len(g.refs))
+		for i, r := range g.refs {
+			keys[i] = CountKey{Policy: r.Policy, Direction: r.Direction, Tier: r.Tier, Rule: r.Rule, Action: r.Action}
+		}
+		out[g.chain.Name] = keys
+	}
+	return out
+}
+
 // isolatedPods counts the local pods isolated in at least one direction.
 func (c *Compiler) isolatedPods() int {
 	pods := map[objKey]bool{}
@@ -96,12 +124,27 @@ type ruleID struct{ table, rule uint64 }
 // the sum of a key whose chains are gone is forgotten, and starts from
 // zero if it comes back.
 func (cc *ConnCounter) Add(chains map[string]CountKey, rc *nft.RuleCounts) map[CountKey]uint64 {
+	return cc.add(chains, nil, rc)
+}
+
+// add is Add with, beside chains that count as one, chains whose rules
+// count each for its own key (rules: by chain, a key per counted rule in
+// chain order).
+func (cc *ConnCounter) add(chains map[string]CountKey, rules map[string][]CountKey, rc *nft.RuleCounts) map[CountKey]uint64 {
 	if cc.totals == nil {
 		cc.totals = map[CountKey]uint64{}
 	}
 	seen := make(map[ruleID]uint64, len(rc.Rules))
+	index := map[string]int{} // the next counted rule of each chain of rules
 	for _, r := range rc.Rules {
 		key, ok := chains[r.Chain]
+		if keys, per := rules[r.Chain]; per {
+			i := index[r.Chain]
+			index[r.Chain]++
+			if ok = i < len(keys); ok {
+				key = keys[i]
+			}
+		}
 		if !ok {
 			continue
 		}
@@ -115,10 +158,18 @@ func (cc *ConnCounter) Add(chains map[string]CountKey, rc *nft.RuleCounts) map[C
 	}
 	cc.last = seen
 	current := make(map[CountKey]bool, len(chains))
-	for _, key := range chains {
+	note := func(key CountKey) {
 		current[key] = true
 		if _, ok := cc.totals[key]; !ok {
 			cc.totals[key] = 0
+		}
+	}
+	for _, key := range chains {
+		note(key)
+	}
+	for _, keys := range rules {
+		for _, key := range keys {
+			note(key)
 		}
 	}
 	for key := range cc.totals {
@@ -153,9 +204,13 @@ func (s *Syncer) CountConnections() (map[CountKey]uint64, error) {
 	}
 	s.syncMu.Lock()
 	chains := s.compiler.countedChains()
+	rules := s.compiler.countedRules()
 	s.syncMu.Unlock()
-	names := make([]string, 0, len(chains))
+	names := make([]string, 0, len(chains)+len(rules))
 	for name := range chains {
+		names = append(names, name)
+	}
+	for name := range rules {
 		names = append(names, name)
 	}
 	rc, err := r.RuleCounters(s.opts.Table, names)
@@ -167,7 +222,7 @@ func (s *Syncer) CountConnections() (map[CountKey]uint64, error) {
 	}
 	s.countMu.Lock()
 	defer s.countMu.Unlock()
-	return s.counts.Add(chains, rc), nil
+	return s.counts.add(chains, rules, rc), nil
 }
 
 // SyncStats are a Syncer's counts and the state of the table it last

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,13 +44,16 @@ var (
 	descElements = prometheus.NewDesc("nftpolicy_programmed_elements",
 		"Elements of the sets and maps of the table last programmed.", nil, nil)
 	descIsolated = prometheus.NewDesc("nftpolicy_isolated_pods",
-		"Pods of this node isolated in at least one direction, in the table last programmed.", nil, nil)
+		"Pods of this node judged by policy in at least one direction (isolated by a NetworkPolicy, or a subject of a ClusterNetworkPolicy), in the table last programmed.", nil, nil)
 	descLastSync = prometheus.NewDesc("nftpolicy_last_successful_sync_timestamp_seconds",
 		"Unix time of the last successful sync; 0 before the first.", nil, nil)
 	descAllowed = prometheus.NewDesc("nftpolicy_policy_allowed_connections_total",
 		"Connections a NetworkPolicy allowed to or from a pod of this node, by policy and direction.", []string{"namespace", "policy", "direction"}, nil)
 	descDenied = prometheus.NewDesc("nftpolicy_pod_denied_connections_total",
 		"Connections to or from an isolated pod of this node that no policy allowed, by pod and direction.", []string{"namespace", "pod", "direction"}, nil)
+	descCluster = prometheus.NewDesc("nftpolicy_cluster_policy_connections_total",
+		"Connections to or from a pod of this node that a ClusterNetworkPolicy rule decided (accepted, denied or passed), by policy, tier, direction, rule index and action.",
+		[]string{"policy", "tier", "direction", "rule", "action"}, nil)
 )
 
 // newMetrics returns the registry of the daemon's metrics for s; the
@@ -97,6 +101,7 @@ func (c *syncerCollector) Describe(ch chan<- *prometheus.Desc) {
 	if c.counters {
 		ch <- descAllowed
 		ch <- descDenied
+		ch <- descCluster
 	}
 }
 
@@ -144,6 +149,10 @@ func (c *syncerCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for k, n := range counts {
+		if k.Tier != "" {
+			counter(descCluster, n, k.Policy, k.Tier, k.Direction, strconv.Itoa(k.Rule), k.Action)
+			continue
+		}
 		if k.Pod != "" {
 			counter(descDenied, n, k.Namespace, k.Pod, k.Direction)
 		} else {
