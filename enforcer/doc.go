@@ -90,6 +90,47 @@
 // which is its name whatever else it carries. Its policies still select
 // its pods, and a podSelector peer alone still names them within it.
 //
+// # Cluster network policy
+//
+// ClusterNetworkPolicy (policy.networking.k8s.io v1beta1, cluster.go)
+// adds two tiers around NetworkPolicy: the Admin tier is judged first,
+// the Baseline tier only where no NetworkPolicy isolates the pod, and
+// what no tier decides is allowed. A pod of this node that cluster
+// policies select (their subject) gets a pod chain and a dispatch entry
+// like an isolated pod, and its chain reads, per direction:
+//
+//	meta mark set meta mark & ~mask           our bits clear
+//	<self> ... return                         a pod reaching itself: no policy judges it
+//	jump admin-<dir>-<h>                      the Admin tier
+//	meta mark & bit == bit ... return         accepted there: go on to the next check
+//	jump <policy chains>; bit? return; drop   NetworkPolicy, when one isolates the pod
+//	goto baseline-<dir>-<h>                   otherwise the Baseline tier; its end allows
+//
+// A tier chain holds the rules of the policies selecting the pod in that
+// tier and direction, inline, in the order they are judged: priority, then
+// name for equal priorities (the API leaves that order to us), then the
+// order the rules are written. So the first rule that matches decides, and
+// the verdicts need no mark bit beyond the allow bit: Deny drops; Pass
+// returns, which skips the rest of the tier; an Admin Accept sets the
+// allow bit and returns, and the pod chain returns at once, so NetworkPolicy
+// and Baseline are skipped but the other direction's check still runs (an
+// egress Accept does not override the destination's ingress policy); a
+// Baseline Accept just returns. Pods selected by the same list of policies
+// share one tier chain (its first rule's comment names them), so a
+// namespace-wide guardrail is one chain however many pods it selects, and
+// a pod judged by no cluster policy pays nothing for them. The cost per
+// packet is one jump per tier plus the rules of the policies selecting the
+// pod, walked in order.
+//
+// Peers are the shared peer sets of NetworkPolicy (a namespaces peer reads
+// as a namespaceSelector would, networks as ipBlocks, nodes as the
+// status addresses of the Nodes they select); destinationNamedPort uses
+// the named-port sets. What cannot be read fails closed, as the API asks:
+// a peer or protocol entry with no field this version knows, or an action
+// it does not, makes an Accept match nothing through it and a Deny or
+// Pass deny all; domainNames, which we do not support, matches nothing.
+// Each is a Problem naming the policy.
+//
 // # Syncing
 //
 // The Syncer writes the first table whole, then each change as one delta
