@@ -504,14 +504,21 @@ func (c *Compiler) refreshCluster(ch *changes) {
 	want := map[string]*clusterGroup{}
 	tiers := map[podChainKey]podTiers{}
 	active := map[*clusterPolicyState]bool{}
+	var selecting []*clusterPolicyState
 	for _, ns := range slices.Sorted(maps.Keys(c.localByNS)) {
 		for _, pd := range c.localByNS[ns] {
+			selecting = selecting[:0]
+			for _, p := range ordered {
+				if c.subjects(p, pd) {
+					selecting = append(selecting, p)
+				}
+			}
 			for _, d := range directions {
 				var t podTiers
 				for _, tier := range []string{tierAdmin, tierBaseline} {
 					var members []*clusterPolicyState
-					for _, p := range ordered {
-						if p.tier == tier && p.hasRules(d) && c.subjects(p, pd) {
+					for _, p := range selecting {
+						if p.tier == tier && p.hasRules(d) {
 							members = append(members, p)
 							active[p] = true
 						}
