@@ -98,6 +98,20 @@ type Options struct {
 	// Nettool is the path of a prebuilt nettool binary. Default: $NFTPOLICY_NETTOOL,
 	// else built once per process with `go build`.
 	Nettool string
+	// ContainerPorts, when set, are the container ports every pod declares
+	// in Manifests instead of the serve-<port>-<protocol> ones (named ports
+	// of policies resolve against them), e.g. the network-policy-api
+	// conformance pods' {web, 80, TCP} and {dns, 53, UDP}. What the pods
+	// serve is still TCPPorts and UDPPorts.
+	ContainerPorts []ContainerPort
+}
+
+// A ContainerPort is one entry of a pod's spec.containers[].ports in
+// Manifests.
+type ContainerPort struct {
+	Name     string
+	Port     int
+	Protocol string // "TCP", "UDP" or "SCTP"
 }
 
 func (o *Options) setDefaults() {
@@ -131,19 +145,20 @@ type Cluster struct {
 	id   string
 	tool *tool
 
-	mu        sync.Mutex
-	closed    bool
-	underlay  string   // netns name of the underlay switch, "" until the first node
-	created   []string // every netns created, in creation order
-	servers   []*server
-	daemons   []*Daemons // see StartDaemons; stopped first by Close
-	nodes     []*Node
-	pods      []*Pod
-	podByKey  map[string]*Pod
-	podByAddr map[netip.Addr]*Pod
-	connected map[[2]int]Via
-	nsLabels  map[string]map[string]string // see SetNamespaceLabels
-	podLabels map[string]map[string]string // see SetPodLabels
+	mu         sync.Mutex
+	closed     bool
+	underlay   string   // netns name of the underlay switch, "" until the first node
+	created    []string // every netns created, in creation order
+	servers    []*server
+	daemons    []*Daemons // see StartDaemons; stopped first by Close
+	nodes      []*Node
+	pods       []*Pod
+	podByKey   map[string]*Pod
+	podByAddr  map[netip.Addr]*Pod
+	connected  map[[2]int]Via
+	nsLabels   map[string]map[string]string // see SetNamespaceLabels
+	podLabels  map[string]map[string]string // see SetPodLabels
+	nodeLabels map[string]map[string]string // see SetNodeLabels
 
 	sport atomic.Uint32 // SCTP source ports handed out, see ProbeSCTP
 }
@@ -160,6 +175,7 @@ type Node struct {
 	cidr6    netip.Prefix
 	nextHost int  // host number of the next pod
 	vxlan    bool // vxlan0 exists
+	serving  bool // see ServeOnNode
 }
 
 // A Pod is a network namespace with one veth (eth0) to its node, running
@@ -605,6 +621,29 @@ func (c *Cluster) ConnectNodes(a, b *Node, via Via) error {
 		}
 	}
 	c.connected[pair] = via
+	return nil
+}
+
+// ServeOnNode runs nettool in the node's own network namespace, serving
+// Options.TCPPorts and Options.UDPPorts on the node addresses as a
+// hostNetwork pod would, so that pods can probe the node (Probe to
+// Node.IPv4 or Node.IPv6). It returns once the servers listen; Close stops
+// them. Serving a node twice is an error.
+func (c *Cluster) ServeOnNode(n *Node) error {
+	if n == nil || n.c != c {
+		return errors.New("netns: node is not of this cluster")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n.serving {
+		return fmt.Errorf("netns: node %s already serves", n.name)
+	}
+	s, err := c.startServer(n.netns)
+	if err != nil {
+		return fmt.Errorf("serve on node %s: %w", n.name, err)
+	}
+	c.servers = append(c.servers, s)
+	n.serving = true
 	return nil
 }
 

@@ -53,7 +53,8 @@
 // node routes the peer's pod subnets via the peer's underlay address; via
 // VXLAN each node gets vxlan0 (VNI 1, UDP 4789, over IPv4 when the cluster
 // has it), a flood entry per peer, and routes via the peer's vxlan0 address.
-// A node always reaches its own pods, connected or not.
+// A node always reaches its own pods, connected or not. ServeOnNode runs
+// the same servers in a node's own namespace, as a hostNetwork pod would.
 //
 // Duplicate address detection is off (accept_dad=0) in every namespace before
 // its links exist: tentative IPv6 addresses make the first second of probes
@@ -127,7 +128,9 @@
 // Node per node, a Namespace per pod namespace (labels ns=<name>), a running
 // Pod per pod (labels pod=<name>, spec.nodeName, status.podIPs, and named
 // container ports serve-<port>-<tcp|udp|sctp>). SetNamespaceLabels and
-// SetPodLabels change the labels it writes, ResetLabels restores them.
+// SetPodLabels change the labels it writes, ResetLabels restores them;
+// SetNodeLabels labels nodes; Options.ContainerPorts replaces the declared
+// ports (e.g. the conformance pods' named ports web and dns).
 //
 // StartDaemons (StartTestDaemons in tests) runs one `nftpolicy run --node N
 // --netns <node netns>` per node on one manifests directory

@@ -14,6 +14,12 @@ import (
 // NetworkPolicies refer to them as named ports.
 func (c *Cluster) servedPorts() []string {
 	var ports []string
+	if c.opts.ContainerPorts != nil {
+		for _, p := range c.opts.ContainerPorts {
+			ports = append(ports, fmt.Sprintf("{name: %q, containerPort: %d, protocol: %s}", p.Name, p.Port, p.Protocol))
+		}
+		return ports
+	}
 	add := func(list []int, protos ...string) {
 		for _, port := range list {
 			for _, proto := range protos {
@@ -58,6 +64,23 @@ func (c *Cluster) SetPodLabels(key string, labels map[string]string) {
 	c.podLabels[key] = maps.Clone(labels)
 }
 
+// SetNodeLabels sets the labels Manifests gives node name (default none),
+// e.g. kubernetes.io/os=linux, which the kubelet sets and node selectors of
+// ClusterNetworkPolicy read. A nil map restores the default. ResetLabels
+// leaves them alone.
+func (c *Cluster) SetNodeLabels(name string, labels map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if labels == nil {
+		delete(c.nodeLabels, name)
+		return
+	}
+	if c.nodeLabels == nil {
+		c.nodeLabels = map[string]map[string]string{}
+	}
+	c.nodeLabels[name] = maps.Clone(labels)
+}
+
 // ResetLabels restores the default labels of every namespace and pod.
 func (c *Cluster) ResetLabels() {
 	c.mu.Lock()
@@ -66,7 +89,8 @@ func (c *Cluster) ResetLabels() {
 }
 
 // Manifests returns the cluster as the manifests source of nftpolicy reads
-// it (one multi-document YAML): a Node per node with its underlay addresses;
+// it (one multi-document YAML): a Node per node with its underlay addresses
+// (and the labels of SetNodeLabels);
 // a Namespace per pod namespace, labelled ns=<name> unless
 // SetNamespaceLabels said otherwise; and a running Pod per pod, labelled
 // pod=<name> unless SetPodLabels said otherwise, with spec.nodeName,
@@ -79,6 +103,7 @@ func (c *Cluster) Manifests() string {
 	var b strings.Builder
 	for _, n := range c.nodes {
 		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: %q\n", n.name)
+		writeLabels(&b, c.nodeLabels, n.name, nil)
 		var addrs []string
 		for _, ip := range []string{addrString(n.ip4), addrString(n.ip6)} {
 			if ip != "" {

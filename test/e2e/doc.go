@@ -34,6 +34,14 @@
 //   - TestDataPlaneBridgedOneNode: the subset with all nine pods on one
 //     bridged node, where one daemon enforces both ends of every connection.
 //
+// TestDataPlaneCluster{RoutedLink,BridgedVXLAN,BridgedOneNode} (cnp_test.go)
+// run the ClusterNetworkPolicy conformance suite of
+// sigs.k8s.io/network-policy-api v0.3.0 on its own cluster (upstream's
+// namespaces, pods, labels and ports; the policies of testdata/conformance),
+// one subtest per upstream step, each checked against the full matrix of
+// cnpOracle; TestCNPScenariosAgreeWithUpstream checks, without root, that
+// the oracle agrees with every upstream assertion.
+//
 // TestDataPlaneBridgedIPv6NeighborDiscovery keeps the bug this suite found
 // fixed: IPv6 neighbour discovery between bridged pods crosses the forward
 // hook and must not be subject to policy.
