@@ -228,6 +228,9 @@ func (r Evaluator) clusterTier(t policyv1beta1.Tier, pod *corev1.Pod, dir string
 				for k, p := range rule.From {
 					peers[k] = policyv1beta1.ClusterNetworkPolicyEgressPeer{Namespaces: p.Namespaces, Pods: p.Pods}
 				}
+				if failsWhole(rule.Action, peers, rule.Protocols) {
+					return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, Deny, true
+				}
 				if r.clusterRuleMatches(rule.Action, peers, rule.Protocols, c, remote, remotePod, dst) {
 					return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, ruleAction(rule.Action), true
 				}
@@ -235,6 +238,9 @@ func (r Evaluator) clusterTier(t policyv1beta1.Tier, pod *corev1.Pod, dir string
 			continue
 		}
 		for i, rule := range cnp.Spec.Egress {
+			if failsWhole(rule.Action, rule.To, rule.Protocols) {
+				return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, Deny, true
+			}
 			if r.clusterRuleMatches(rule.Action, rule.To, rule.Protocols, c, remote, remotePod, dst) {
 				return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, ruleAction(rule.Action), true
 			}
@@ -253,6 +259,37 @@ func ruleAction(a policyv1beta1.ClusterNetworkPolicyRuleAction) Action {
 		return Pass
 	}
 	return Deny
+}
+
+// wholeRuleFailsClosed chooses between two readings of the API's "fail
+// closed" for a Deny or Pass rule with a part this reference cannot read
+// (a peer or protocols entry with no field set; see failClosed).
+//
+// false (the project's brief): only that part fails closed: it matches
+// every address or all traffic, the rest of the rule still applies, and a
+// Pass rule passes what it then matches.
+//
+// true (the doc comment read literally: "treat the rule as a 'Deny all'
+// rule"): the whole rule denies everything, whatever its other peers and
+// protocols, and a Pass rule too; a domainNames peer, which is not
+// enforced, makes a Deny or Pass rule so as well.
+const wholeRuleFailsClosed = false
+
+// failsWhole reports whether a rule is a Deny all rule under
+// wholeRuleFailsClosed.
+func failsWhole(action policyv1beta1.ClusterNetworkPolicyRuleAction, peers []policyv1beta1.ClusterNetworkPolicyEgressPeer,
+	protocols []policyv1beta1.ClusterNetworkPolicyProtocol) bool {
+	if !wholeRuleFailsClosed || !failClosed(action) {
+		return false
+	}
+	for _, p := range peers {
+		if p.DomainNames != nil || (p.Namespaces == nil && p.Pods == nil && p.Nodes == nil && len(p.Networks) == 0) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(protocols, func(p policyv1beta1.ClusterNetworkPolicyProtocol) bool {
+		return p.TCP == nil && p.UDP == nil && p.SCTP == nil && p.DestinationNamedPort == ""
+	})
 }
 
 // failClosed is what a part of a rule that this reference cannot read
