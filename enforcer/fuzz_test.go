@@ -12,7 +12,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nftpolicy/nftpolicy/internal/reference"
@@ -25,8 +27,8 @@ import (
 //
 //   - every connection the packet tracer (nft.Trace over the compiled
 //     table) decides as the reference evaluator (internal/reference, written
-//     from the NetworkPolicy API documentation, independent of the
-//     compiler) decides it: from every address to every address of its
+//     from the NetworkPolicy and ClusterNetworkPolicy API documentation,
+//     independent of the compiler) decides it: from every address to every address of its
 //     family (pod IPs, node IPs, outside addresses), TCP/UDP/SCTP to a few
 //     ports, and ICMP; a pod's connections to itself both hairpinned
 //     through a Service (allowed) and forged (judged as any other); an
@@ -34,6 +36,9 @@ import (
 //     and ours clear; an established packet always passes;
 //   - as root, the table loads into a kernel (one network namespace per
 //     fuzzing process, see fuzzKernel) without error.
+//
+// The compiler may report problems only for the ClusterNetworkPolicies
+// made with a shape the schema rejects, or with domainNames (see genned).
 //
 // The seed corpus is testdata/fuzz/FuzzCompile, each file an input whose
 // cluster has the semantic corner its name says, plus the inputs below;
@@ -47,7 +52,7 @@ func FuzzCompile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		gc := genCluster(t, data)
 		table, problems := Compile(gc.snap, Options{Node: testNode})
-		if len(problems) > 0 {
+		if problems = gc.unexpected(problems); len(problems) > 0 {
 			t.Fatalf("problems compiling a valid cluster: %v\n%s", problems, gc.yaml())
 		}
 		checkAgainstReference(t, gc, table)
@@ -102,8 +107,9 @@ func checkAgainstReference(t *testing.T, gc *genned, table *nft.Table) {
 					t.Errorf("%s leaves with mark 0x%08x, want 0x%08x\n%s", gc.name(c), res.Mark, gc.mark, strings.Join(res.Path, "\n"))
 				}
 				if want := ref.Allowed(c); got != want {
-					diffs = append(diffs, fmt.Sprintf("  %s: compiled allowed=%v, reference %v\n    %s",
-						gc.name(c), got, want, strings.Join(res.Path, "\n    ")))
+					egress, ingress := ref.Decide(c)
+					diffs = append(diffs, fmt.Sprintf("  %s: compiled allowed=%v, reference %v (%s; %s)\n    %s",
+						gc.name(c), got, want, egress, ingress, strings.Join(res.Path, "\n    ")))
 				}
 			}
 		}
@@ -126,7 +132,11 @@ func checkAgainstReference(t *testing.T, gc *genned, table *nft.Table) {
 // The generated cluster. Namespaces x, y and z (labels team and env, values
 // a or b, sometimes absent); up to six pods p0…p5 (labels app and tier,
 // values a or b) with container ports named web, dns and metrics on ports
-// 53, 80, 81 and 8080; up to four policies np0…np3.
+// 53, 80, 81 and 8080; up to four policies np0…np3; then (choices that
+// add nothing when 0, see genCluster) labels and addresses of the nodes
+// node-1 and node-2 (genNodes), up to four ClusterNetworkPolicies alpha,
+// bravo, charlie, delta (genClusterPolicy), and now and then a quarantined
+// pod and a quarantined namespace (genQuarantine).
 //
 // Address plan: pod pI has 10.0.<I%2>.<I+1> and fd00::<I%2>:<I+1> (either,
 // both, or none), unless it has finished and took over p0's addresses, or
@@ -157,6 +167,14 @@ type genned struct {
 	names map[netip.Addr]string
 	mark  uint32 // the mark packets arrive with: none of our bits
 	admit bool   // the objects went through k8s.Admit
+	// failClosed are the ClusterPolicies with a shape the CRD's schema
+	// rejects on purpose (a peer or protocols entry with no field, as a
+	// field of a newer CRD decodes, an empty subject or from/to list): they
+	// skip k8s.Admit and reach the compiler as written.
+	failClosed []*policyv1beta1.ClusterNetworkPolicy
+	// domainNames are the ClusterPolicies with a domainNames peer, valid
+	// but not enforced: the compiler may report them.
+	domainNames []*policyv1beta1.ClusterNetworkPolicy
 }
 
 func (gc *genned) name(c reference.Conn) string {
@@ -212,9 +230,16 @@ func (c *fuzzChoices) n(k int) int {
 func pick[T any](c *fuzzChoices, xs ...T) T { return xs[c.n(len(xs))] }
 
 // genCluster builds a valid cluster from data. Each object is checked
-// with k8s.Admit; half the inputs (by the first choice) compile the
-// admitted objects, the others the objects as written, which the compiler
-// must read with the same defaults.
+// with k8s.Admit (but the ClusterNetworkPolicies of a shape the schema
+// rejects on purpose, genned.failClosed); half the inputs (by the first
+// choice) compile the admitted objects, the others the objects as
+// written, which the compiler must read with the same defaults.
+//
+// The choices for what came with ClusterNetworkPolicy (node labels and
+// addresses, ClusterNetworkPolicies, quarantine) come last, and a choice
+// of 0 adds nothing there: the corpus files made before it hold their
+// choices written out (one byte each, from the generator's own stream)
+// followed by zeros, so they keep the clusters their names say.
 func genCluster(t *testing.T, data []byte) *genned {
 	c := newFuzzChoices(data)
 	gc := &genned{snap: &k8s.Snapshot{}, names: map[netip.Addr]string{}}
@@ -244,6 +269,29 @@ func genCluster(t *testing.T, data []byte) *genned {
 	for i := range c.n(5) {
 		gc.snap.Policies = append(gc.snap.Policies, genPolicy(c, i))
 	}
+
+	// Everything below came with ClusterNetworkPolicy. A choice of 0 adds
+	// nothing anywhere in it, so that the corpus made before it (its
+	// choices written out, then zeros) keeps the clusters its names say.
+	genNodes(c, gc.snap.Nodes, gc.snap.Pods)
+	names := slices.Clone(fuzzCNPNames)
+	for range c.n(5) {
+		name := names[c.n(len(names))]
+		names = slices.DeleteFunc(names, func(n string) bool { return n == name })
+		cnp, failClosed := genClusterPolicy(c, name, gc.snap.Pods)
+		gc.snap.ClusterPolicies = append(gc.snap.ClusterPolicies, cnp)
+		if failClosed {
+			gc.failClosed = append(gc.failClosed, cnp)
+		}
+		if slices.ContainsFunc(cnp.Spec.Egress, func(r policyv1beta1.ClusterNetworkPolicyEgressRule) bool {
+			return slices.ContainsFunc(r.To, func(p policyv1beta1.ClusterNetworkPolicyEgressPeer) bool { return p.DomainNames != nil })
+		}) {
+			gc.domainNames = append(gc.domainNames, cnp)
+		}
+	}
+	// Sorted by name, as the Snapshot promises (made in another order).
+	slices.SortFunc(gc.snap.ClusterPolicies, func(a, b *policyv1beta1.ClusterNetworkPolicy) int { return strings.Compare(a.Name, b.Name) })
+	genQuarantine(c, gc.snap)
 
 	for _, obj := range gc.objects() {
 		target := obj
@@ -282,6 +330,18 @@ func genCluster(t *testing.T, data []byte) *genned {
 	return gc
 }
 
+// unexpected are the problems that name no ClusterNetworkPolicy made
+// with a shape the schema rejects (failClosed) or with domainNames, which
+// the compiler may well report.
+func (gc *genned) unexpected(problems []Problem) []Problem {
+	reported := slices.Concat(gc.failClosed, gc.domainNames)
+	return slices.DeleteFunc(problems, func(p Problem) bool {
+		return slices.ContainsFunc(reported, func(cnp *policyv1beta1.ClusterNetworkPolicy) bool {
+			return p.Object == "ClusterNetworkPolicy "+cnp.Name
+		})
+	})
+}
+
 func (gc *genned) objects() []runtime.Object {
 	var out []runtime.Object
 	for _, o := range gc.snap.Namespaces {
@@ -295,6 +355,11 @@ func (gc *genned) objects() []runtime.Object {
 	}
 	for _, o := range gc.snap.Policies {
 		out = append(out, o)
+	}
+	for _, o := range gc.snap.ClusterPolicies {
+		if !slices.Contains(gc.failClosed, o) {
+			out = append(out, o)
+		}
 	}
 	return out
 }
@@ -547,4 +612,259 @@ func genPort(c *fuzzChoices) networkingv1.NetworkPolicyPort {
 		p.Port = &port
 	}
 	return p
+}
+
+// ClusterNetworkPolicies of the generated cluster: up to four, named from
+// fuzzCNPNames in a random order (so that name order and generation order
+// differ), in both tiers, at priorities that tie on purpose. Nodes get
+// labels (role worker or infra, zone a or b) that the nodes peers select.
+var (
+	fuzzCNPNames      = []string{"alpha", "bravo", "charlie", "delta"}
+	fuzzCNPPriorities = []int32{0, 10, 10, 20, 1000}
+	nodeLabelKeys     = []string{"role", "zone"}
+)
+
+func nodeLabelValues(key string) []string {
+	if key == "role" {
+		return []string{"worker", "infra"}
+	}
+	return []string{"a", "b"}
+}
+
+// genNodes labels the nodes and gives them status.addresses: each of the
+// plan's node IPs (fuzzNodeIPs), or not, as InternalIP or ExternalIP, and
+// up to two more: a name (Hostname, InternalDNS), an address of the pod
+// network that no pod holds (10.0.0.200, fd00::c8), a pod's address, an
+// outside one, or an IP typed as Hostname, which the nodes peer matches
+// all the same (it matches every address that parses as an IP).
+func genNodes(c *fuzzChoices, nodes []*corev1.Node, pods []*corev1.Pod) {
+	for _, n := range nodes {
+		for _, key := range nodeLabelKeys {
+			if v := pick(c, append([]string{""}, nodeLabelValues(key)...)...); v != "" {
+				setLabel(&n.ObjectMeta, key, v)
+			}
+		}
+		add := func(t corev1.NodeAddressType, a string) {
+			if !slices.ContainsFunc(n.Status.Addresses, func(o corev1.NodeAddress) bool { return o.Type == t && o.Address == a }) {
+				n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: t, Address: a})
+			}
+		}
+		ips := fuzzNodeIPs[n.Name]
+		switch c.n(4) {
+		case 0: // none
+		case 1:
+			add(corev1.NodeInternalIP, ips[0])
+		case 2:
+			v6 := ips[1]
+			if c.n(2) == 0 {
+				// Written long; k8s.Admit makes it canonical.
+				v6 = strings.Replace(v6, "::", ":0:0:0:0:", 1)
+			}
+			add(corev1.NodeInternalIP, ips[0])
+			add(corev1.NodeInternalIP, v6)
+		case 3:
+			add(pick(c, corev1.NodeInternalIP, corev1.NodeExternalIP), ips[1])
+			add(pick(c, corev1.NodeInternalIP, corev1.NodeExternalIP), ips[0])
+		}
+		for range c.n(3) {
+			switch c.n(6) {
+			case 0:
+				add(corev1.NodeHostName, n.Name)
+			case 1:
+				add(corev1.NodeInternalDNS, n.Name+".example")
+			case 2:
+				add(corev1.NodeInternalIP, pick(c, "10.0.0.200", "fd00::c8"))
+			case 3:
+				if as := reference.PodAddrs(pods[c.n(len(pods))]); len(as) > 0 {
+					add(corev1.NodeInternalIP, pick(c, as...).String())
+				}
+			case 4:
+				add(corev1.NodeExternalIP, pick(c, "192.0.2.1", "2001:db8::1"))
+			default:
+				add(corev1.NodeHostName, pick(c, "10.1.0.1", "fd01::1"))
+			}
+		}
+	}
+}
+
+// genClusterPolicy makes one ClusterNetworkPolicy: a subject of either
+// kind, zero to three ingress and egress rules, each Accept, Deny or Pass,
+// with one to three peers of every kind and protocols (none, or one to
+// three entries: a number, a range, a named port). Three in four are what
+// the CRD's schema admits; the others (shaky) may have shapes it rejects
+// on purpose, which the compiler must still read (failClosed): a peer or
+// protocols entry with no field set (a field of a newer CRD), tcp/udp/sctp
+// without destinationPort, an empty from/to list, a subject with no field.
+func genClusterPolicy(c *fuzzChoices, name string, pods []*corev1.Pod) (cnp *policyv1beta1.ClusterNetworkPolicy, failClosed bool) {
+	cnp = &policyv1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	cnp.Spec.Tier = pick(c, policyv1beta1.AdminTier, policyv1beta1.BaselineTier)
+	cnp.Spec.Priority = pick(c, fuzzCNPPriorities...)
+	// One policy in four may carry the shapes the schema rejects (shaky);
+	// the others are what the API server admits.
+	shaky := c.n(4) == 0
+	switch n := c.n(16); {
+	case n == 0 && shaky:
+		failClosed = true // no subject at all
+	case n < 7:
+		cnp.Spec.Subject.Namespaces = genSelector(c, nsLabelKeys, nsLabelValues)
+	default:
+		cnp.Spec.Subject.Pods = genNamespacedPod(c)
+	}
+	for i := range c.n(4) {
+		action, peers, protocols, fc := genCNPRule(c, false, shaky)
+		failClosed = failClosed || fc
+		rule := policyv1beta1.ClusterNetworkPolicyIngressRule{Action: action, Protocols: protocols}
+		if c.n(2) == 0 {
+			rule.Name = fmt.Sprintf("in-%d", i)
+		}
+		rule.From = []policyv1beta1.ClusterNetworkPolicyIngressPeer{}
+		for _, p := range peers {
+			rule.From = append(rule.From, policyv1beta1.ClusterNetworkPolicyIngressPeer{Namespaces: p.Namespaces, Pods: p.Pods})
+		}
+		cnp.Spec.Ingress = append(cnp.Spec.Ingress, rule)
+	}
+	for i := range c.n(4) {
+		action, peers, protocols, fc := genCNPRule(c, true, shaky)
+		failClosed = failClosed || fc
+		rule := policyv1beta1.ClusterNetworkPolicyEgressRule{Action: action, To: peers, Protocols: protocols}
+		if c.n(2) == 0 {
+			rule.Name = fmt.Sprintf("out-%d", i)
+		}
+		cnp.Spec.Egress = append(cnp.Spec.Egress, rule)
+	}
+	return cnp, failClosed
+}
+
+func genNamespacedPod(c *fuzzChoices) *policyv1beta1.NamespacedPod {
+	return &policyv1beta1.NamespacedPod{
+		NamespaceSelector: *genSelector(c, nsLabelKeys, nsLabelValues),
+		PodSelector:       *genSelector(c, podLabelKeys, podLabelValues),
+	}
+}
+
+// genCNPRule makes a rule's action, peers (an ingress rule's are only
+// namespaces and pods) and protocols.
+func genCNPRule(c *fuzzChoices, egress, shaky bool) (action policyv1beta1.ClusterNetworkPolicyRuleAction,
+	peers []policyv1beta1.ClusterNetworkPolicyEgressPeer, protocols []policyv1beta1.ClusterNetworkPolicyProtocol, failClosed bool) {
+	action = pick(c, policyv1beta1.ClusterNetworkPolicyRuleActionAccept, policyv1beta1.ClusterNetworkPolicyRuleActionDeny,
+		policyv1beta1.ClusterNetworkPolicyRuleActionPass)
+	peers = []policyv1beta1.ClusterNetworkPolicyEgressPeer{}
+	n := 1 + c.n(3)
+	if c.n(8) == 0 && shaky {
+		n, failClosed = 0, true // an empty from/to list
+	}
+	addressPeers := false // the CRD forbids named ports beside networks, nodes, domainNames
+	for range n {
+		var p policyv1beta1.ClusterNetworkPolicyEgressPeer
+		kind := c.n(32)
+		if !egress && kind >= 17 {
+			kind -= 16 // namespaces or pods
+		}
+		if kind < 4 && !shaky {
+			kind += 4
+		}
+		switch {
+		case kind < 4:
+			failClosed = true // no field set
+		case kind < 9:
+			p.Namespaces = genSelector(c, nsLabelKeys, nsLabelValues)
+		case kind < 17:
+			p.Pods = genNamespacedPod(c)
+		case kind < 23:
+			for range 1 + c.n(2) {
+				cidr := policyv1beta1.CIDR(genNetwork(c))
+				if !slices.Contains(p.Networks, cidr) {
+					p.Networks = append(p.Networks, cidr)
+				}
+			}
+		case kind < 29:
+			p.Nodes = genSelector(c, nodeLabelKeys, nodeLabelValues)
+		default:
+			p.DomainNames = []policyv1beta1.DomainName{pick[policyv1beta1.DomainName](c, "example.com", "*.example.com", "fuzz.test.")}
+		}
+		addressPeers = addressPeers || p.Networks != nil || p.Nodes != nil || p.DomainNames != nil
+		peers = append(peers, p)
+	}
+	if c.n(3) == 0 {
+		return action, peers, nil, failClosed
+	}
+	for range 1 + c.n(3) {
+		p, fc := genCNPProtocol(c, !addressPeers, shaky)
+		failClosed = failClosed || fc
+		protocols = append(protocols, p)
+	}
+	return action, peers, protocols, failClosed
+}
+
+// genNetwork is a masked CIDR around an address of the plan (a pod's, an
+// outside one, a node's): host routes, the pod subnets, whole families.
+func genNetwork(c *fuzzChoices) string {
+	var pool []netip.Addr
+	for i := range 6 {
+		a4, a6 := fuzzPodAddrs(i)
+		pool = append(pool, a4, a6)
+	}
+	pool = append(pool, fuzzOutside...)
+	pool = append(pool, netip.MustParseAddr(fuzzNodeIPs[testNode][0]), netip.MustParseAddr(fuzzNodeIPs["node-2"][1]))
+	a := pick(c, pool...)
+	bits := pick(c, 0, 8, 16, 24, 31, 32)
+	if a.Is6() {
+		bits = pick(c, 0, 8, 16, 112, 120, 127, 128)
+	}
+	return netip.PrefixFrom(a, bits).Masked().String()
+}
+
+// genCNPProtocol makes one protocols entry. A named port only where the
+// rule's peers allow one (namedOK), else it is a port number.
+func genCNPProtocol(c *fuzzChoices, namedOK, shaky bool) (p policyv1beta1.ClusterNetworkPolicyProtocol, failClosed bool) {
+	var port *policyv1beta1.Port
+	kind := c.n(24)
+	if (kind < 3 || kind == 15) && !shaky {
+		kind = 3 + kind%6
+	}
+	switch {
+	case kind < 3:
+		return p, true // no field set
+	case kind < 9:
+		port = &policyv1beta1.Port{Number: pick(c, append(slices.Clone(fuzzPortNums), 180)...)}
+	case kind < 15:
+		start := pick(c, int32(53), 80, 81)
+		port = &policyv1beta1.Port{Range: &policyv1beta1.PortRange{Start: start, End: start + pick(c, int32(1), 100)}}
+	case kind == 15:
+		failClosed = true // the protocol alone: its schema wants a destinationPort
+	default:
+		name := pick(c, append([]string{"absent"}, fuzzPortNames...)...)
+		if namedOK {
+			p.DestinationNamedPort = name
+			return p, false
+		}
+		port = &policyv1beta1.Port{Number: 80}
+	}
+	switch pick(c, corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP) {
+	case corev1.ProtocolTCP:
+		p.TCP = &policyv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: port}
+	case corev1.ProtocolUDP:
+		p.UDP = &policyv1beta1.ClusterNetworkPolicyProtocolUDP{DestinationPort: port}
+	default:
+		p.SCTP = &policyv1beta1.ClusterNetworkPolicyProtocolSCTP{DestinationPort: port}
+	}
+	return p, failClosed
+}
+
+// genQuarantine now and then quarantines a pod that takes part, as the
+// manifests source hands one out (its container ports gone: a named port
+// matches nothing on it), and a namespace (k8s.Snapshot.Quarantined,
+// QuarantinedNamespaces).
+func genQuarantine(c *fuzzChoices, snap *k8s.Snapshot) {
+	if c.n(8) == 1 {
+		if p := snap.Pods[c.n(len(snap.Pods))]; reference.TakesPart(p) {
+			for i := range p.Spec.Containers {
+				p.Spec.Containers[i].Ports = nil
+			}
+			snap.Quarantined = append(snap.Quarantined, ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+		}
+	}
+	if c.n(8) == 1 {
+		snap.QuarantinedNamespaces = append(snap.QuarantinedNamespaces, pick(c, fuzzNamespaces...))
+	}
 }
