@@ -279,8 +279,8 @@ const wholeRuleFailsClosed = false
 // wholeRuleFailsClosed.
 func failsWhole(action policyv1beta1.ClusterNetworkPolicyRuleAction, peers []policyv1beta1.ClusterNetworkPolicyEgressPeer,
 	protocols []policyv1beta1.ClusterNetworkPolicyProtocol) bool {
-	if !wholeRuleFailsClosed || !failClosed(action) {
-		return false
+	if !wholeRuleFailsClosed || !failClosed(action) || len(peers) == 0 {
+		return false // an empty from/to list matches nothing, read as it may be
 	}
 	for _, p := range peers {
 		if p.DomainNames != nil || (p.Namespaces == nil && p.Pods == nil && p.Nodes == nil && len(p.Networks) == 0) {
