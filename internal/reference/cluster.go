@@ -261,25 +261,18 @@ func ruleAction(a policyv1beta1.ClusterNetworkPolicyRuleAction) Action {
 	return Deny
 }
 
-// wholeRuleFailsClosed chooses between two readings of the API's "fail
-// closed" for a Deny or Pass rule with a part this reference cannot read
-// (a peer or protocols entry with no field set; see failClosed).
-//
-// false (the project's brief): only that part fails closed: it matches
-// every address or all traffic, the rest of the rule still applies, and a
-// Pass rule passes what it then matches.
-//
-// true (the doc comment read literally: "treat the rule as a 'Deny all'
-// rule"): the whole rule denies everything, whatever its other peers and
-// protocols, and a Pass rule too; a domainNames peer, which is not
-// enforced, makes a Deny or Pass rule so as well.
-const wholeRuleFailsClosed = false
+// A Deny or Pass rule with a part this reference cannot read (a peer or
+// protocols entry with no field set, a field of a newer CRD) is, as the
+// API's doc comment says, treated "as a 'Deny all' rule": the whole rule
+// denies everything, whatever its other peers and protocols, a Pass rule
+// too; a domainNames peer, which is not enforced, makes a Deny or Pass
+// rule so as well. (Reading it as "only that part matches everything"
+// would let a Pass rule pass all, skipping a lower Admin Deny: open.)
 
-// failsWhole reports whether a rule is a Deny all rule under
-// wholeRuleFailsClosed.
+// failsWhole reports whether a rule is such a Deny all rule.
 func failsWhole(action policyv1beta1.ClusterNetworkPolicyRuleAction, peers []policyv1beta1.ClusterNetworkPolicyEgressPeer,
 	protocols []policyv1beta1.ClusterNetworkPolicyProtocol) bool {
-	if !wholeRuleFailsClosed || !failClosed(action) || len(peers) == 0 {
+	if !failClosed(action) || len(peers) == 0 {
 		return false // an empty from/to list matches nothing, read as it may be
 	}
 	for _, p := range peers {

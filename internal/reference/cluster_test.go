@@ -522,13 +522,13 @@ func TestClusterNetworkPolicy(t *testing.T) {
 			{"x/a outside tcp/80", true, "Default Accept", "-"},
 		},
 	}, {
-		name: "domainNames match nothing",
+		name: "domainNames match nothing in accept, deny all in deny",
 		cnps: []*cnpv1.ClusterNetworkPolicy{
 			admin("names", 1, x, egress(accept, peers(peerDomains("example.com"))), egress(deny, peers(peerDomains("*.example.com")))),
 		},
 		nps: []*networkingv1.NetworkPolicy{npEgress("x", "deny-egress", &all, nil)},
 		checks: []check{
-			{"x/a outside tcp/443", false, "NetworkPolicy Deny", "-"},
+			{"x/a outside tcp/443", false, "Admin Deny names[1]", "-"},
 		},
 	}, {
 		name: "unknown peer: nothing in accept",
@@ -538,23 +538,23 @@ func TestClusterNetworkPolicy(t *testing.T) {
 			{"y/a x/a tcp/80", false, "", "NetworkPolicy Deny"},
 		},
 	}, {
-		name: "unknown peer: everything in deny, one peer of several",
+		name: "unknown peer: the deny rule denies all, one peer of several",
 		cnps: []*cnpv1.ClusterNetworkPolicy{admin("unknown", 1, x, egress(deny, peers(peerNS("team", "b"), peer{}), tcp(80)))},
 		checks: []check{
 			{"x/a outside tcp/80", false, "Admin Deny unknown[0]", "-"},
 			{"x/a z/c tcp/80", false, "Admin Deny unknown[0]", ""},
-			{"x/a z/c tcp/81", true, "Default Accept", ""}, // the protocols still apply
+			{"x/a z/c tcp/81", false, "Admin Deny unknown[0]", ""}, // whatever its protocols
 		},
 	}, {
-		name: "unknown peer: pass passes all",
+		name: "unknown peer: a pass rule denies all",
 		cnps: []*cnpv1.ClusterNetworkPolicy{
 			admin("unknown", 1, x, ingress(pass, peers(peer{}))),
 			admin("accept", 2, x, ingress(accept, peers(peerNS()))),
 			baseline("deny", 1, x, ingress(deny, peers(peerNS()))),
 		},
 		checks: []check{
-			{"y/a x/a tcp/80", false, "", "Baseline Deny deny[0] pass:unknown[0]"},
-			{"outside x/a tcp/80", true, "", "Default Accept pass:unknown[0]"},
+			{"y/a x/a tcp/80", false, "", "Admin Deny unknown[0]"},
+			{"outside x/a tcp/80", false, "", "Admin Deny unknown[0]"},
 		},
 	}, {
 		name: "empty from or to list matches nothing",
