@@ -18,16 +18,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/watchlist"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	policyclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 )
 
 // An Informers follows the API server through client-go shared informers on
-// Pods, Namespaces, NetworkPolicies and Nodes, and builds Snapshots from
-// their caches.
+// Pods, Namespaces, NetworkPolicies and Nodes, and ClusterNetworkPolicies
+// while the API server serves them, and builds Snapshots from their caches.
 //
 // The caches are the state: a watch that breaks leaves them as they were (so
 // the enforcer keeps enforcing the last state while the API server is away),
@@ -47,6 +50,23 @@ type Informers struct {
 	invalid map[types.UID]bool // objects the API server accepted but Admit rejects
 
 	health health
+	resync time.Duration
+
+	// ClusterNetworkPolicies, a CRD that may be missing: see
+	// followClusterPolicies.
+	policy    policyclient.Interface // nil: not followed
+	discovery discovery.DiscoveryInterface
+	cnpCheck  time.Duration
+	cnpMu     sync.Mutex
+	cnp       *cnpInformer // nil while the API server does not serve them
+}
+
+// A cnpInformer is the informer on ClusterNetworkPolicies while they are
+// served, and how to stop it.
+type cnpInformer struct {
+	inf  cache.SharedIndexInformer
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // InformerOptions configures NewInformers.
@@ -61,7 +81,18 @@ type InformerOptions struct {
 	// Server is the API server's URL, named in Health's errors and in the
 	// log; taken from the client when it is a *kubernetes.Clientset.
 	Server string
+	// Policy is the client of policy.networking.k8s.io; nil leaves
+	// ClusterNetworkPolicies out (NewPolicyClient makes one).
+	Policy policyclient.Interface
+	// ClusterPolicyCheck is how often discovery is asked whether the API
+	// server serves ClusterNetworkPolicies (the CRD installed or removed);
+	// 30 seconds when zero.
+	ClusterPolicyCheck time.Duration
 }
+
+// DefaultClusterPolicyCheck is InformerOptions.ClusterPolicyCheck when
+// zero: a CRD installed later is followed within this long.
+const DefaultClusterPolicyCheck = 30 * time.Second
 
 // NewInformers sets up the informers on client. Nothing is listed or
 // watched until Start.
@@ -72,11 +103,17 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	if opts.Server == "" {
 		opts.Server = serverOf(client)
 	}
+	if opts.ClusterPolicyCheck <= 0 {
+		opts.ClusterPolicyCheck = DefaultClusterPolicyCheck
+	}
 	in := &Informers{
-		log:     opts.Log,
-		server:  opts.Server,
-		changed: make(chan struct{}, 1),
-		invalid: map[types.UID]bool{},
+		log:       opts.Log,
+		server:    opts.Server,
+		changed:   make(chan struct{}, 1),
+		invalid:   map[types.UID]bool{},
+		policy:    opts.Policy,
+		discovery: client.Discovery(),
+		cnpCheck:  opts.ClusterPolicyCheck,
 	}
 	in.health.changed = make(chan struct{})
 	// Each informer lists and watches through a link, which tells Health
@@ -91,28 +128,35 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		{list: listFunc(netv1.NetworkPolicies("").List), watch: netv1.NetworkPolicies("").Watch},
 	}
 	objs := []runtime.Object{&corev1.Namespace{}, &corev1.Pod{}, &corev1.Node{}, &networkingv1.NetworkPolicy{}}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { in.notify() },
-		UpdateFunc: in.onUpdate,
-		DeleteFunc: in.onDelete,
-	}
 	for i, l := range links {
 		l.in, l.resource, l.noWatchList = in, resources[i], noWatchList
-		inf := cache.NewSharedIndexInformerWithOptions(l, objs[i], cache.SharedIndexInformerOptions{
-			ResyncPeriod: opts.Resync,
-			Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-		})
-		// These error only once the informer has started; it has not.
-		_ = inf.SetTransform(in.transform)
-		_, _ = inf.AddEventHandler(handler)
-		_ = inf.SetWatchErrorHandlerWithContext(in.watchError)
-		in.infs = append(in.infs, inf)
+		in.infs = append(in.infs, in.newInformer(l, objs[i], opts.Resync))
 	}
+	in.resync = opts.Resync
 	return in
 }
 
-// resources are what the informers follow, in the order of Informers.infs.
-var resources = []string{"namespaces", "pods", "nodes", "networkpolicies"}
+// newInformer returns an informer that lists and watches through l, with
+// the transform, handlers and error handler every informer has.
+func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Duration) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformerWithOptions(l, obj, cache.SharedIndexInformerOptions{
+		ResyncPeriod: resync,
+		Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+	})
+	// These error only once the informer has started; it has not.
+	_ = inf.SetTransform(in.transform)
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { in.notify() },
+		UpdateFunc: in.onUpdate,
+		DeleteFunc: in.onDelete,
+	})
+	_ = inf.SetWatchErrorHandlerWithContext(in.watchError)
+	return inf
+}
+
+// resources are what the informers follow, in the order of Informers.infs,
+// then the ClusterNetworkPolicies.
+var resources = []string{"namespaces", "pods", "nodes", "networkpolicies", clusterPolicyResource}
 
 // listFunc adapts a typed client's List to cache.ListWithContextFunc.
 func listFunc[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) cache.ListWithContextFunc {
@@ -139,6 +183,11 @@ func serverOf(client kubernetes.Interface) string {
 // Start starts the informers and waits until every cache holds a complete
 // list, or ctx ends (then it returns an error and the informers stop with
 // ctx). The informers run until ctx ends.
+//
+// ClusterNetworkPolicies are waited for only when the API server serves
+// them: Start first asks discovery (again each second while it cannot
+// answer), and when the CRD is not installed, logs so once and goes on
+// without them. See followClusterPolicies for what happens later.
 func (in *Informers) Start(ctx context.Context) error {
 	for _, inf := range in.infs {
 		go inf.RunWithContext(ctx)
@@ -146,6 +195,19 @@ func (in *Informers) Start(ctx context.Context) error {
 	synced := make([]cache.InformerSynced, len(in.infs))
 	for i, inf := range in.infs {
 		synced[i] = inf.HasSynced
+	}
+	if in.policy != nil {
+		served, err := in.waitServed(ctx)
+		if err != nil {
+			return fmt.Errorf("informer caches not synced: %w", err)
+		}
+		if served {
+			synced = append(synced, in.startClusterPolicies(ctx).HasSynced)
+		} else {
+			in.log.Warn("the API server does not serve ClusterNetworkPolicy (its CRD is not installed): enforcing without it, and asking again periodically",
+				zap.String("server", in.server), zap.String("resource", clusterPolicyGroupVersion+"/"+clusterPolicyResource), zap.Duration("every", in.cnpCheck))
+		}
+		go in.followClusterPolicies(ctx)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("informer caches not synced: %w", context.Cause(ctx))
@@ -160,13 +222,159 @@ func (in *Informers) HasSynced() bool {
 			return false
 		}
 	}
+	if c := in.clusterPolicies(); c != nil && !c.inf.HasSynced() {
+		return false
+	}
 	return true
+}
+
+// clusterPolicyGroupVersion is the version the informer follows.
+const clusterPolicyGroupVersion = ClusterPolicyGroup + "/v1beta1"
+
+// clusterPoliciesServed asks discovery whether the API server serves
+// ClusterNetworkPolicies (v1beta1). A group version it does not know is
+// an answer (false), any other error none.
+func (in *Informers) clusterPoliciesServed() (bool, error) {
+	list, err := in.discovery.ServerResourcesForGroupVersion(clusterPolicyGroupVersion)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == clusterPolicyResource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// waitServed asks clusterPoliciesServed until it answers, or ctx ends.
+func (in *Informers) waitServed(ctx context.Context) (bool, error) {
+	for {
+		served, err := in.clusterPoliciesServed()
+		if err == nil {
+			return served, nil
+		}
+		in.log.Debug("cannot ask the API server whether it serves ClusterNetworkPolicy; asking again", zap.String("server", in.server), ErrorField(err))
+		select {
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// clusterPolicies returns the ClusterNetworkPolicy informer, nil while
+// they are not served.
+func (in *Informers) clusterPolicies() *cnpInformer {
+	in.cnpMu.Lock()
+	defer in.cnpMu.Unlock()
+	return in.cnp
+}
+
+// startClusterPolicies starts an informer on ClusterNetworkPolicies, which
+// runs until ctx ends or stopClusterPolicies.
+func (in *Informers) startClusterPolicies(ctx context.Context) cache.SharedIndexInformer {
+	cnps := in.policy.PolicyV1beta1().ClusterNetworkPolicies()
+	l := &link{in: in, resource: clusterPolicyResource, list: listFunc(cnps.List), watch: cnps.Watch,
+		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(in.policy)}
+	inf := in.newInformer(l, &policyv1beta1.ClusterNetworkPolicy{}, in.resync)
+	ctx, stop := context.WithCancel(ctx)
+	c := &cnpInformer{inf: inf, stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		inf.RunWithContext(ctx)
+	}()
+	in.cnpMu.Lock()
+	in.cnp = c
+	in.cnpMu.Unlock()
+	return inf
+}
+
+// stopClusterPolicies stops the ClusterNetworkPolicy informer and drops
+// its cache: the API server no longer serves them, so none exists (the
+// API server deletes every one before it removes their CRD).
+func (in *Informers) stopClusterPolicies() {
+	in.cnpMu.Lock()
+	c := in.cnp
+	in.cnp = nil
+	in.cnpMu.Unlock()
+	if c == nil {
+		return
+	}
+	c.stop()
+	<-c.done
+	in.mu.Lock()
+	for _, obj := range c.inf.GetStore().List() {
+		if o, ok := obj.(metav1.Object); ok {
+			delete(in.invalid, o.GetUID())
+		}
+	}
+	in.mu.Unlock()
+	// Its list and watch fail with 404 until it is stopped: that is no
+	// outage of the API server.
+	in.health.recovered(in, clusterPolicyResource)
+	in.notify()
+}
+
+// followClusterPolicies asks discovery every cnpCheck whether the API
+// server serves ClusterNetworkPolicies, until ctx ends: once their CRD is
+// installed it starts the informer (the next Snapshot after its first
+// list holds them), and once the CRD is removed it stops it and drops the
+// cache, so that the 404s of its list and watch do not count as an outage.
+// Each change is logged once. While discovery cannot answer (the API
+// server away) nothing changes; the links report the outage.
+//
+// Why discovery, and not the reflector's error handler: a reflector whose
+// resource is not served retries its list with backoff forever, and
+// Health would call that an outage; and a resource that appears is never
+// announced to a reflector that does not exist. Discovery says both, for
+// one cheap request per period.
+func (in *Informers) followClusterPolicies(ctx context.Context) {
+	t := time.NewTicker(in.cnpCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		served, err := in.clusterPoliciesServed()
+		if err != nil {
+			in.log.Debug("cannot ask the API server whether it serves ClusterNetworkPolicy", zap.String("server", in.server), ErrorField(err))
+			continue
+		}
+		running := in.clusterPolicies() != nil
+		switch {
+		case served && !running:
+			in.log.Info("the API server serves ClusterNetworkPolicy now: following it",
+				zap.String("server", in.server), zap.String("resource", clusterPolicyGroupVersion+"/"+clusterPolicyResource))
+			inf := in.startClusterPolicies(ctx)
+			go func() {
+				if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+					in.notify()
+				}
+			}()
+		case !served && running:
+			in.log.Warn("the API server no longer serves ClusterNetworkPolicy (its CRD was removed): enforcing without it",
+				zap.String("server", in.server), zap.String("resource", clusterPolicyGroupVersion+"/"+clusterPolicyResource))
+			in.stopClusterPolicies()
+		}
+	}
 }
 
 // Snapshot builds a Snapshot of the caches as they are now. Objects are
 // shared with the caches, which never edit an object they hold (an update
 // replaces it), so a Snapshot is immutable without copying.
 func (in *Informers) Snapshot() *Snapshot {
+	// Before in.mu: HasSynced takes the lock of the informer's queue, under
+	// which transform takes in.mu.
+	cnp := in.clusterPolicies()
+	if cnp != nil && !cnp.inf.HasSynced() {
+		cnp = nil
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	snap := &Snapshot{}
@@ -188,6 +396,15 @@ func (in *Informers) Snapshot() *Snapshot {
 	for _, obj := range in.infs[3].GetStore().List() {
 		if o, ok := obj.(*networkingv1.NetworkPolicy); ok && !in.invalid[o.UID] {
 			snap.Policies = append(snap.Policies, o)
+		}
+	}
+	// Only a complete list: an informer started after the others (the CRD
+	// installed later) is left out until its first list is in.
+	if cnp != nil {
+		for _, obj := range cnp.inf.GetStore().List() {
+			if o, ok := obj.(*policyv1beta1.ClusterNetworkPolicy); ok && !in.invalid[o.UID] {
+				snap.ClusterPolicies = append(snap.ClusterPolicies, o)
+			}
 		}
 	}
 	snap.Sort()
@@ -554,6 +771,13 @@ func (in *Informers) transform(obj any) (any, error) {
 		np.ManagedFields = nil
 		np.Annotations = nil
 		slim = np
+	case *policyv1beta1.ClusterNetworkPolicy:
+		kind = "ClusterNetworkPolicy"
+		slim = &policyv1beta1.ClusterNetworkPolicy{
+			TypeMeta:   metav1.TypeMeta{APIVersion: clusterPolicyGroupVersion, Kind: kind},
+			ObjectMeta: slimMeta(&o.ObjectMeta),
+			Spec:       *o.Spec.DeepCopy(),
+		}
 	default:
 		return obj, nil
 	}
@@ -662,8 +886,22 @@ func equalIgnoringVersion(a, b any) bool {
 	case *networkingv1.NetworkPolicy:
 		b, ok := b.(*networkingv1.NetworkPolicy)
 		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) && equality.Semantic.DeepEqual(a.Spec, b.Spec)
+	case *policyv1beta1.ClusterNetworkPolicy:
+		b, ok := b.(*policyv1beta1.ClusterNetworkPolicy)
+		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) && equality.Semantic.DeepEqual(a.Spec, b.Spec)
 	}
 	return false
+}
+
+// NewPolicyClient returns a client of policy.networking.k8s.io
+// (ClusterNetworkPolicy) for kubeconfig, as NewClient does.
+func NewPolicyClient(kubeconfig, userAgent string) (policyclient.Interface, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = userAgent
+	return policyclient.NewForConfig(cfg)
 }
 
 // NewClient returns a clientset for kubeconfig, a kubeconfig file path, or

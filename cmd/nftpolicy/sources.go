@@ -446,7 +446,11 @@ func startInformers(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 	if err != nil {
 		return nil, err
 	}
-	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log})
+	policy, err := k8s.NewPolicyClient(cfg.kubeconfig, "nftpolicy/"+version)
+	if err != nil {
+		return nil, err
+	}
+	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log, Policy: policy})
 	if src != nil {
 		synced := make(chan struct{})
 		followed := make(chan struct{})

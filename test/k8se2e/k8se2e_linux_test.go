@@ -123,6 +123,9 @@ func deployObjects(t *testing.T) []*unstructured.Unstructured {
 func TestIntegrationDeployManifests(t *testing.T) {
 	srv := apiserver.StartTest(t, apiserver.Options{RBAC: true})
 	createAll(t, srv, deployObjects(t))
+	// The standard-channel CRD (experimental: clusterpolicy_linux_test.go),
+	// which the daemon does not need.
+	createAll(t, srv, manifestDocs(t, filepath.Join(repoRoot, "deploy", "crds", "standard", "policy.networking.k8s.io_clusternetworkpolicies.yaml")))
 
 	// The examples, in the namespaces they name.
 	examples, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "examples", "*.yaml"))

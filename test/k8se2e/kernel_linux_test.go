@@ -176,6 +176,9 @@ func rbacDaemonToken(t *testing.T, srv *apiserver.Server, client kubernetes.Inte
 		{"list", "", "pods", "", true}, {"watch", "", "pods", "", true}, {"get", "", "pods", "", true},
 		{"list", "", "namespaces", "", true}, {"watch", "", "nodes", "", true},
 		{"watch", "networking.k8s.io", "networkpolicies", "", true},
+		{"list", "policy.networking.k8s.io", "clusternetworkpolicies", "", true},
+		{"watch", "policy.networking.k8s.io", "clusternetworkpolicies", "", true},
+		{"delete", "policy.networking.k8s.io", "clusternetworkpolicies", "", false},
 		{"create", "", "pods", "", false}, {"update", "", "pods", "status", false},
 		{"patch", "", "nodes", "", false}, {"delete", "networking.k8s.io", "networkpolicies", "", false},
 		{"list", "", "secrets", "", false}, {"list", "", "services", "", false},
@@ -189,7 +192,8 @@ func rbacDaemonToken(t *testing.T, srv *apiserver.Server, client kubernetes.Inte
 			t.Errorf("ClusterRole nftpolicy: %s %s/%s %s allowed=%v, want %v", c.verb, c.group, c.resource, c.sub, allowed, c.allowed)
 		}
 	}
-	// The role as written: only get/list/watch, only the four resources.
+	// The role as written: only get/list/watch, only the resources the
+	// informers follow.
 	role, err := client.RbacV1().ClusterRoles().Get(ctx, "nftpolicy", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +203,7 @@ func rbacDaemonToken(t *testing.T, srv *apiserver.Server, client kubernetes.Inte
 			t.Errorf("rule %v: verbs beyond get/list/watch", r)
 		}
 		for _, res := range r.Resources {
-			if !slices.Contains([]string{"pods", "namespaces", "nodes", "networkpolicies"}, res) {
+			if !slices.Contains([]string{"pods", "namespaces", "nodes", "networkpolicies", "clusternetworkpolicies"}, res) {
 				t.Errorf("rule %v: resource %s", r, res)
 			}
 		}
