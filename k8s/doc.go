@@ -1,8 +1,8 @@
 // Package k8s turns cluster state into Snapshots for the enforcer.
 //
-// A Snapshot holds every Namespace, Pod, Node and NetworkPolicy a source
-// knows, defaulted and validated as the API server would have done, each
-// slice sorted by namespace and name. Sources never edit a Snapshot they
+// A Snapshot holds every Namespace, Pod, Node, NetworkPolicy and
+// ClusterNetworkPolicy a source knows, defaulted and validated as the API
+// server would have done, each slice sorted by namespace and name. Sources never edit a Snapshot they
 // have handed out.
 //
 // # Manifests source
@@ -22,9 +22,13 @@
 //     counted;
 //   - a document may be a "kind: List" (v1) or a typed list (PodList, ...)
 //     whose items are read one by one;
-//   - the kinds read are Namespace, Pod and Node (v1) and NetworkPolicy
-//     (networking.k8s.io/v1). Any other kind is reported with
-//     ErrUnsupportedKind, which a caller may treat as a warning.
+//   - the kinds read are Namespace, Pod and Node (v1), NetworkPolicy
+//     (networking.k8s.io/v1) and ClusterNetworkPolicy
+//     (policy.networking.k8s.io/v1beta1, or v1alpha2, which has the same
+//     schema; both become v1beta1 objects). Any other kind is reported
+//     with ErrUnsupportedKind, which a caller may treat as a warning,
+//     except in those API groups, where it is an error (a typo of a kind
+//     read, or AdminNetworkPolicy, which is not read).
 //
 // Decoding is strict, like `kubectl apply --validate=strict`: YAML is
 // converted to JSON (sigs.k8s.io/yaml) and decoded with sigs.k8s.io/json,
@@ -88,7 +92,15 @@
 //     podSelector peer alone still names them within it. It is left out
 //     only when its name is invalid;
 //   - a Node is left out, which fails closed: its addresses are not
-//     allowed.
+//     allowed;
+//   - a ClusterNetworkPolicy is left out with nothing in its place
+//     (ObjectError.Lost). No stand-in fails closed for it: left out, an
+//     Admin or Baseline policy's Deny rules are gone, and one that denied
+//     everything to its subject would cut off pods it never meant to. So
+//     it is treated as a document that cannot be read: a restarted daemon
+//     holds its table, and /readyz names it. A ClusterNetworkPolicy
+//     defined twice, differently, is lost in the same way (or keeps its
+//     last good version under WatchDir).
 //
 // Each is still an error (not a Warning), so what is enforced is not taken
 // for what the files say; ObjectError.StandIn says a stand-in is in
@@ -244,6 +256,25 @@
 // accepted and nothing is synthesized for it: the compiler treats such a
 // namespace as one that carries only its kubernetes.io/metadata.name label.
 //
+// # ClusterNetworkPolicy
+//
+// ValidateClusterNetworkPolicy checks what the v0.3.0 CRD's OpenAPI
+// schema and CEL rules demand (experimental channel, a superset of
+// standard; see its doc for the list): tier, priority 0-1000, exactly one
+// field in a subject, peer, protocol and port, list sizes, rule names,
+// actions, masked CIDRs without repeats, domain names, port numbers and
+// ranges, and no destinationNamedPort next to a networks, nodes or
+// domainNames peer; plus valid selectors, and no metadata.namespace
+// (the API server would clear it; here it is an error, as the author
+// probably meant a namespaced policy). domainNames are valid, though the
+// compiler does not enforce them. A peer with no field this version knows
+// is an error here, as the schema's MinProperties makes it one for the API
+// server (the compiler, which may meet one from a newer CRD, fails closed
+// on it). The manifests source also reads the JSON itself for what the Go
+// type cannot tell: an absent spec.priority or podSelector, a number: 0,
+// a destinationNamedPort: "". Admit normalizes networks to canonical
+// form.
+//
 // # Informer source
 //
 // NewInformers follows an API server with client-go shared informers on
@@ -263,4 +294,20 @@
 // error, until every informer has caught up again (a complete list, or a
 // watch resumed without a gap); the failure is logged at once, then with
 // backoff, and the recovery once.
+//
+// ClusterNetworkPolicies (v1beta1) are followed too, given a client of
+// their group (InformerOptions.Policy, NewPolicyClient), while the API
+// server serves them. Their CRD may be missing: Start asks discovery
+// first, and without it logs once that ClusterNetworkPolicy is not served
+// and returns as soon as the other caches are synced. Discovery is asked
+// again every InformerOptions.ClusterPolicyCheck (30s): once the CRD is
+// installed an informer starts and the first Snapshot after its first
+// list holds them (none before: a partial list is never handed out); once
+// it is removed (the API server deletes every object first) the informer
+// stops and its cache is dropped, so its 404s are not an outage in
+// Health. A reflector error handler could see the 404s, but not a CRD
+// that appears; discovery tells both. Objects are slimmed (no annotations,
+// managed fields or status) and run through Admit; one that is rejected
+// (an old CRD, or a selector the CRD takes but the compiler cannot use)
+// is logged naming it and left out, as for the other kinds.
 package k8s
