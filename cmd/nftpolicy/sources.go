@@ -312,8 +312,10 @@ func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 // load is sent only once nothing it lacks could open a pod: a restart has
 // no last good version of an object to fall back on, so a file that cannot
 // be read or does not parse, a document whose kind or name cannot be read,
-// a kind typo, a Namespace with an invalid name or a rejected Node would
-// drop objects that nothing stands for (k8s.ObjectError.Lost). Until then
+// a kind typo, a Namespace with an invalid name, a rejected Node or a
+// rejected ClusterNetworkPolicy (left out, an Admin policy's denies are
+// gone) would drop objects that nothing stands for
+// (k8s.ObjectError.Lost). Until then
 // the table from before the restart (the last good state) stays, and the
 // daemon is not ready, naming those errors. Errors whose objects have a
 // stand-in that fails closed (k8s.ObjectError.StandIn: a rejected or
