@@ -55,6 +55,19 @@ type clusterPolicyState struct {
 	portUses    []portUse
 
 	active bool // some pod of this node is its subject: its sets are in the table
+
+	// denyOnly is the policy with its Deny rules alone, for the pods it
+	// may select but whose namespace's labels are not known (see
+	// mayBeSubject); origin is the policy a denyOnly is of.
+	denyOnly, origin *clusterPolicyState
+}
+
+// groupName is what a tier chain's key and comment call the policy.
+func (p *clusterPolicyState) groupName() string {
+	if p.origin != nil {
+		return p.name + " (deny rules only)"
+	}
+	return p.name
 }
 
 // A ClusterRuleRef is one rule of a ClusterNetworkPolicy:
@@ -160,6 +173,16 @@ func (c *Compiler) planClusterPolicy(cnp *policyv1beta1.ClusterNetworkPolicy) *c
 	}
 	for _, d := range directions {
 		c.clusterRules(p, d)
+	}
+	p.denyOnly = &clusterPolicyState{name: p.name, cnp: cnp, tier: p.tier, subjectNS: p.subjectNS, subjectPods: p.subjectPods,
+		rules: map[string][]nft.Rule{}, refs: map[string][]ClusterRuleRef{}, origin: p}
+	for _, d := range directions {
+		for i, ref := range p.refs[d.name] {
+			if ref.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny) {
+				p.denyOnly.rules[d.name] = append(p.denyOnly.rules[d.name], p.rules[d.name][i])
+				p.denyOnly.refs[d.name] = append(p.denyOnly.refs[d.name], ref)
+			}
+		}
 	}
 	return p
 }
@@ -272,7 +295,7 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 			p.refs[d.name] = append(p.refs[d.name], ref)
 		}
 
-		parsed, key, unknown, err := c.parseClusterPeers(r.peers, d)
+		parsed, key, unknown, err := c.parseClusterPeers(r.peers, d, r.action == policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
 		if err != nil {
 			if isAccept {
 				problem(fmt.Errorf("%s: %w (rule ignored: it accepts nothing)", where, err))
@@ -398,7 +421,12 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 // when the peers are every address. unknown lists the peers that match
 // nothing we can enforce: no field we know, or domainNames, which we do
 // not support. parsed is nil when no peer is left.
-func (c *Compiler) parseClusterPeers(peers []clusterPeer, d direction) (parsed *parsedPeers, key string, unknown []string, err error) {
+//
+// A Deny rule's namespace selectors name every namespace they may name
+// (deny): a quarantined namespace, whose true labels are not known, is
+// named by a Deny rule that reads its labels, and by no Accept or Pass
+// rule (a Pass skips the Admin tier's later Denies).
+func (c *Compiler) parseClusterPeers(peers []clusterPeer, d direction, deny bool) (parsed *parsedPeers, key string, unknown []string, err error) {
 	out := &parsedPeers{}
 	var blocks netipx.IPSetBuilder
 	hasBlocks, known := false, false
@@ -414,7 +442,7 @@ func (c *Compiler) parseClusterPeers(peers []clusterPeer, d direction) (parsed *
 			if err != nil {
 				return nil, "", nil, fmt.Errorf("%s[%d].namespaces: %w", field, k, err)
 			}
-			out.selectors = append(out.selectors, peerSelector{namespaces: sel, pods: labels.Everything()})
+			out.selectors = append(out.selectors, peerSelector{namespaces: sel, pods: labels.Everything(), mayBe: deny})
 			fmt.Fprintf(&b, "ns:%s|pod:all;", metav1.FormatLabelSelector(peer.namespaces))
 		case peer.pods != nil:
 			nsSel, err := metav1.LabelSelectorAsSelector(&peer.pods.NamespaceSelector)
@@ -425,7 +453,7 @@ func (c *Compiler) parseClusterPeers(peers []clusterPeer, d direction) (parsed *
 			if err != nil {
 				return nil, "", nil, fmt.Errorf("%s[%d].pods.podSelector: %w", field, k, err)
 			}
-			out.selectors = append(out.selectors, peerSelector{namespaces: nsSel, pods: podSel})
+			out.selectors = append(out.selectors, peerSelector{namespaces: nsSel, pods: podSel, mayBe: deny})
 			fmt.Fprintf(&b, "ns:%s|pod:%s;", metav1.FormatLabelSelector(&peer.pods.NamespaceSelector), metav1.FormatLabelSelector(&peer.pods.PodSelector))
 		case peer.nodes != nil:
 			sel, err := metav1.LabelSelectorAsSelector(peer.nodes)
@@ -466,7 +494,11 @@ func (c *Compiler) parseClusterPeers(peers []clusterPeer, d direction) (parsed *
 			out.all = true
 		}
 	}
-	return out, b.String(), unknown, nil
+	key = b.String()
+	if deny && len(out.selectors) > 0 {
+		key = "deny:" + key // not the set of the same selectors in other rules
+	}
+	return out, key, unknown, nil
 }
 
 // isEverything reports whether s holds every IPv4 and IPv6 address.
@@ -475,10 +507,13 @@ func isEverything(s *netipx.IPSet) bool {
 }
 
 // hasRules reports whether p judges direction d: a policy without rules
-// in a direction does not affect it.
+// in a direction does not affect it, nor a denyOnly without Deny rules.
 func (p *clusterPolicyState) hasRules(d direction) bool {
 	if p.tier == "" || p.subjectNS == nil {
 		return false
+	}
+	if p.origin != nil {
+		return len(p.rules[d.name]) > 0
 	}
 	if d == ingress {
 		return len(p.cnp.Spec.Ingress) > 0
@@ -491,6 +526,17 @@ func (p *clusterPolicyState) hasRules(d direction) bool {
 // known, is selected by nothing.
 func (c *Compiler) subjects(p *clusterPolicyState, pd *pod) bool {
 	return p.subjectNS != nil && c.namespaceSelected(p.subjectNS, pd.namespace) && pd.matchedBy(p.subjectPods)
+}
+
+// mayBeSubject reports whether pd, which p does not select as far as its
+// namespace's known labels say, may be p's subject all the same: its
+// namespace is quarantined (its true labels are not known) and p's
+// namespace selector reads them. Such a pod is judged by p's Deny rules
+// alone: left out, it would escape them; judged by its Accept or Pass
+// rules, it could be let through or past the Admin tier's later Denies.
+func (c *Compiler) mayBeSubject(p *clusterPolicyState, pd *pod) bool {
+	return p.subjectNS != nil && c.quarantinedNS[pd.namespace] && pd.matchedBy(p.subjectPods) &&
+		c.namespaceView(pd.namespace).mayBeSelectedBy(p.subjectNS, pd.namespace)
 }
 
 // refreshCluster re-selects the subjects of every ClusterNetworkPolicy
@@ -509,8 +555,11 @@ func (c *Compiler) refreshCluster(ch *changes) {
 		for _, pd := range c.localByNS[ns] {
 			selecting = selecting[:0]
 			for _, p := range ordered {
-				if c.subjects(p, pd) {
+				switch {
+				case c.subjects(p, pd):
 					selecting = append(selecting, p)
+				case c.mayBeSubject(p, pd):
+					selecting = append(selecting, p.denyOnly)
 				}
 			}
 			for _, d := range directions {
@@ -520,7 +569,7 @@ func (c *Compiler) refreshCluster(ch *changes) {
 					for _, p := range selecting {
 						if p.tier == tier && p.hasRules(d) {
 							members = append(members, p)
-							active[p] = true
+							active[cmp.Or(p.origin, p)] = true
 						}
 					}
 					if len(members) == 0 {
@@ -581,7 +630,7 @@ func (c *Compiler) refreshCluster(ch *changes) {
 func (c *Compiler) clusterGroupFor(want map[string]*clusterGroup, tier string, d direction, members []*clusterPolicyState) *clusterGroup {
 	names := make([]string, len(members))
 	for i, m := range members {
-		names[i] = m.name
+		names[i] = m.groupName()
 	}
 	key := tier + "-" + d.name + "\x00" + strings.Join(names, "\x00")
 	if g := want[key]; g != nil {

@@ -402,3 +402,20 @@ func TestClusterPolicyExplain(t *testing.T) {
 		}
 	}
 }
+
+// A namespace whose labels are not known (quarantined) may be what a Deny
+// rule's selector reads: it is denied as if it were, and neither accepted
+// nor passed as if it were.
+func TestClusterPolicyQuarantinedNamespaceFailsClosed(t *testing.T) {
+	snap := withCluster(cluster(),
+		admin("accept-y", 0, subjectNS("x"), cnpIn(cnpAccept, from(fromNS("y")))),
+		admin("deny-y", 1, subjectNS("x"), cnpIn(cnpDeny, from(fromNS("y")))),
+		admin("pass-y", 0, subjectNS("y"), cnpIn(cnpPass, from(fromNS("z")))),
+		admin("guard-y", 1, subjectNS("y"), cnpIn(cnpDeny, from(fromNS("z")))))
+	snap.QuarantinedNamespaces = []string{"y"}
+	traceCase(t, compileCase{snap: snap, matrices: []matrixCase{{nft.ProtoTCP, 80, func(from, to string) bool {
+		// y's own pods may be in the namespace labelled ns=z, as far as
+		// guard-y's Deny knows.
+		return from == to || !(ns(from) == "y" && ns(to) == "x" || ns(from) != "x" && ns(to) == "y")
+	}}}})
+}

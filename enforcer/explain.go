@@ -247,7 +247,7 @@ func firstMatching(tracer *nft.Tracer, g *clusterGroup, p nft.Packet) (*ClusterR
 func (g *clusterGroup) memberNames() []string {
 	out := make([]string, len(g.members))
 	for i, m := range g.members {
-		out[i] = m.name
+		out[i] = m.groupName()
 	}
 	return out
 }

@@ -63,6 +63,28 @@ func (v nsView) selectedBy(sel labels.Selector, name string) bool {
 	return sel.Matches(labels.Set{corev1.LabelMetadataName: name})
 }
 
+// mayBeSelectedBy is selectedBy for a rule that must fail closed the other
+// way: a ClusterNetworkPolicy's Deny rule, which would open what it denies
+// if it named too few. A quarantined namespace may be named by any
+// selector that reads a label other than its name, as its true labels
+// are not known.
+func (v nsView) mayBeSelectedBy(sel labels.Selector, name string) bool {
+	if !v.quarantined || v.selectedBy(sel, name) {
+		return v.selectedBy(sel, name)
+	}
+	reqs, selectable := sel.Requirements()
+	return selectable && slices.ContainsFunc(reqs, func(r labels.Requirement) bool { return r.Key() != corev1.LabelMetadataName })
+}
+
+// selects is selectedBy, or mayBeSelectedBy for a selector of a rule that
+// must name every namespace it may.
+func (v nsView) selects(s peerSelector, name string) bool {
+	if s.mayBe {
+		return v.mayBeSelectedBy(s.namespaces, name)
+	}
+	return v.selectedBy(s.namespaces, name)
+}
+
 // namespaceLabels of a namespace the snapshot has no object for is just the
 // name label the API server would have given it.
 func (c *Compiler) namespaceLabels(ns string) labels.Set {

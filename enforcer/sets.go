@@ -42,6 +42,9 @@ type parsedPeers struct {
 type peerSelector struct {
 	namespaces labels.Selector
 	pods       labels.Selector
+	// mayBe: the selector names every namespace it may name (see
+	// nsView.mayBeSelectedBy), for a ClusterNetworkPolicy's Deny rule.
+	mayBe bool
 }
 
 // parsePeers parses a rule's peers; nil for a rule without peers, which
@@ -227,7 +230,7 @@ func (c *Compiler) selectPods(policyNS string, s peerSelector) []*pod {
 		return out
 	}
 	for _, ns := range c.nsNames {
-		if c.namespaceSelected(s.namespaces, ns) {
+		if c.namespaceView(ns).selects(s, ns) {
 			add(ns)
 		}
 	}
@@ -262,12 +265,12 @@ func (c *Compiler) peersTouched(e *peerSets, ch *changes) bool {
 			continue
 		}
 		for _, nc := range ch.namespaces {
-			if nc.old.selectedBy(s.namespaces, nc.name) != nc.new.selectedBy(s.namespaces, nc.name) {
+			if nc.old.selects(s, nc.name) != nc.new.selects(s, nc.name) {
 				return true
 			}
 		}
 		for ns, changed := range ch.pods {
-			if c.namespaceSelected(s.namespaces, ns) && podsMatch(s.pods, changed) {
+			if c.namespaceView(ns).selects(s, ns) && podsMatch(s.pods, changed) {
 				return true
 			}
 		}

@@ -205,9 +205,16 @@ func (r Evaluator) decide(c Conn, pod, src, dst *corev1.Pod, dir string) *Decisi
 // false when none does.
 func (r Evaluator) clusterTier(t policyv1beta1.Tier, pod *corev1.Pod, dir string, c Conn, remote netip.Addr, remotePod, dst *corev1.Pod) (step Step, action Action, ok bool) {
 	var pols []*policyv1beta1.ClusterNetworkPolicy
+	denyOnly := map[*policyv1beta1.ClusterNetworkPolicy]bool{}
 	for _, cnp := range r.snap.ClusterPolicies {
-		if cnp.Spec.Tier != t || !r.subjectSelects(&cnp.Spec.Subject, pod) {
+		if cnp.Spec.Tier != t {
 			continue
+		}
+		if !r.subjectSelects(&cnp.Spec.Subject, pod) {
+			if !r.subjectMaySelect(&cnp.Spec.Subject, pod) {
+				continue
+			}
+			denyOnly[cnp] = true
 		}
 		if (dir == "ingress" && len(cnp.Spec.Ingress) == 0) || (dir == "egress" && len(cnp.Spec.Egress) == 0) {
 			continue // "CNPs with no ingress rules do not affect ingress traffic"
@@ -231,6 +238,9 @@ func (r Evaluator) clusterTier(t policyv1beta1.Tier, pod *corev1.Pod, dir string
 				if failsWhole(rule.Action, peers, rule.Protocols) {
 					return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, Deny, true
 				}
+				if denyOnly[cnp] && ruleAction(rule.Action) != Deny {
+					continue
+				}
 				if r.clusterRuleMatches(rule.Action, peers, rule.Protocols, c, remote, remotePod, dst) {
 					return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, ruleAction(rule.Action), true
 				}
@@ -240,6 +250,9 @@ func (r Evaluator) clusterTier(t policyv1beta1.Tier, pod *corev1.Pod, dir string
 		for i, rule := range cnp.Spec.Egress {
 			if failsWhole(rule.Action, rule.To, rule.Protocols) {
 				return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, Deny, true
+			}
+			if denyOnly[cnp] && ruleAction(rule.Action) != Deny {
+				continue
 			}
 			if r.clusterRuleMatches(rule.Action, rule.To, rule.Protocols, c, remote, remotePod, dst) {
 				return Step{Tier: tierName, Policy: cnp.Name, Dir: dir, Rule: i}, ruleAction(rule.Action), true
@@ -326,10 +339,14 @@ func (r Evaluator) clusterPeerMatches(action policyv1beta1.ClusterNetworkPolicyR
 	// peer": pods that take no part are not pods here, and no selector
 	// names a quarantined pod.
 	selectable := pod != nil && !r.isQuarantined(pod)
-	if p.Namespaces != nil && selectable && r.namespaceSelected(p.Namespaces, pod.Namespace) {
+	nsSelects := r.namespaceSelected
+	if ruleAction(action) == Deny {
+		nsSelects = r.namespaceMaySelect
+	}
+	if p.Namespaces != nil && selectable && nsSelects(p.Namespaces, pod.Namespace) {
 		return true
 	}
-	if p.Pods != nil && selectable && r.namespaceSelected(&p.Pods.NamespaceSelector, pod.Namespace) &&
+	if p.Pods != nil && selectable && nsSelects(&p.Pods.NamespaceSelector, pod.Namespace) &&
 		selectorMatches(&p.Pods.PodSelector, pod.Labels) {
 		return true
 	}
@@ -387,6 +404,22 @@ func (r Evaluator) subjectSelects(s *policyv1beta1.ClusterNetworkPolicySubject, 
 		return true
 	}
 	return s.Pods != nil && r.namespaceSelected(&s.Pods.NamespaceSelector, pod.Namespace) &&
+		selectorMatches(&s.Pods.PodSelector, pod.Labels)
+}
+
+// subjectMaySelect: a pod that subjectSelects does not select, but whose
+// namespace is quarantined (its true labels are not known) and would be
+// selected if the namespace selector read them so. Such a pod is judged
+// by the policy's Deny rules alone: escaping them, or being let through
+// or past the tier by its Accept or Pass rules, would both fail open.
+func (r Evaluator) subjectMaySelect(s *policyv1beta1.ClusterNetworkPolicySubject, pod *corev1.Pod) bool {
+	if !TakesPart(pod) || r.isQuarantined(pod) || !r.quarantinedNS[pod.Namespace] {
+		return false
+	}
+	if s.Namespaces != nil && r.namespaceMaySelect(s.Namespaces, pod.Namespace) {
+		return true
+	}
+	return s.Pods != nil && r.namespaceMaySelect(&s.Pods.NamespaceSelector, pod.Namespace) &&
 		selectorMatches(&s.Pods.PodSelector, pod.Labels)
 }
 

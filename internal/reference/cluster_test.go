@@ -41,6 +41,7 @@ var addr = map[string]netip.Addr{
 	"z/done": netip.MustParseAddr("10.0.2.9"), "node-2": netip.MustParseAddr("192.168.0.2"),
 	"node-2-ext": netip.MustParseAddr("203.0.113.2"), "node-2-hostname": netip.MustParseAddr("198.51.100.2"),
 	"node-1-bridge": netip.MustParseAddr("10.0.3.1"), "outside": netip.MustParseAddr("192.0.2.1"),
+	"outside2": netip.MustParseAddr("192.0.2.2"),
 }
 
 func testCluster() *k8s.Snapshot {
@@ -636,21 +637,29 @@ func TestClusterNetworkPolicy(t *testing.T) {
 			{"z/c x/a tcp/80", true, "Admin Accept accept[0]", "Admin Accept accept[0]"},
 		},
 	}, {
-		name: "a quarantined namespace: only selectors on its name select it",
+		name: "a quarantined namespace: Deny rules take it as selected when they read its labels, Accept and Pass do not",
 		cnps: []*cnpv1.ClusterNetworkPolicy{
-			admin("subject-team-b", 1, subjNS("team", "b"), ingress(deny, peers(peerNS()))),
+			admin("accept-team-b", 0, x, ingress(accept, peers(peerNS("team", "b")))),
+			admin("pass-team-b", 0, subjNS("team", "b"), egress(pass, peers(peerNets("192.0.2.2/32")))),
+			admin("subject-team-b", 1, subjNS("team", "b"), ingress(deny, peers(peerNS())), egress(deny, peers(peerNets("192.0.2.2/32")))),
 			admin("subject-name-y", 2, subjPods(sel(corev1.LabelMetadataName, "y"), sel("app", "a")), egress(deny, peers(peerNets("192.0.2.1/32")))),
-			admin("peer-team-b", 3, x, ingress(deny, peers(peerNS("team", "b"), peerPods(sel("team", "b"), sel())))),
+			admin("peer-team-b", 3, x, ingress(deny, peers(peerNS("team", "b"), peerPods(sel("team", "b"), sel())), tcp(80))),
 			admin("peer-name-y", 4, x, ingress(deny, peers(peerNS(corev1.LabelMetadataName, "y")), tcp(81))),
 			admin("peer-all", 5, x, ingress(deny, peers(peerPods(sel(), sel("app", "a"))), tcp(82))),
 		},
 		tweak: func(s *k8s.Snapshot) { s.QuarantinedNamespaces = []string{"y"} },
 		checks: []check{
-			{"z/c y/a tcp/80", true, "", "Default Accept"},
+			// y may be team b: the Deny of subject-team-b judges its pods,
+			// the Pass of pass-team-b does not let them past it.
+			{"z/c y/a tcp/80", false, "", "Admin Deny subject-team-b[0]"},
+			{"y/a outside2 tcp/80", false, "Admin Deny subject-team-b[0]", "-"},
 			{"y/a outside tcp/80", false, "Admin Deny subject-name-y[0]", "-"},
-			{"y/a x/a tcp/80", true, "", "Default Accept"},
+			// y/a may be a team b peer: accept-team-b does not accept it,
+			// peer-team-b denies it.
+			{"y/a x/a tcp/80", false, "", "Admin Deny peer-team-b[0]"},
 			{"y/a x/a tcp/81", false, "", "Admin Deny peer-name-y[0]"},
 			{"y/a x/a tcp/82", false, "", "Admin Deny peer-all[0]"},
+			{"y/a x/a tcp/83", true, "", "Default Accept"},
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

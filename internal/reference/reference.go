@@ -167,6 +167,17 @@ func (r Evaluator) namespaceSelected(sel *metav1.LabelSelector, ns string) bool 
 	return selectorMatches(sel, r.namespaceLabels(ns))
 }
 
+// namespaceMaySelect is namespaceSelected for a ClusterNetworkPolicy's Deny
+// rule, which fails closed the other way: naming too few namespaces would
+// let through what it denies. A quarantined namespace may be selected by
+// any selector that reads a label other than its name.
+func (r Evaluator) namespaceMaySelect(sel *metav1.LabelSelector, ns string) bool {
+	if r.quarantinedNS[ns] && !readsOnlyName(sel) {
+		return true
+	}
+	return r.namespaceSelected(sel, ns)
+}
+
 func readsOnlyName(sel *metav1.LabelSelector) bool {
 	for k := range sel.MatchLabels {
 		if k != corev1.LabelMetadataName {
