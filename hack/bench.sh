@@ -3,13 +3,15 @@
 # ratios against a baseline measured in the same run (these machines are
 # shared and noisy). Needs root for the kernel parts.
 #
-#   make bench                 # everything below; ~30 min on 2 cores
+#   make bench                 # everything below; ~40 min on 2 cores
 #   SCALES="100x100x10" make bench   # namespaces x pods-per-ns x policies-per-ns
 #
 # Sections and their knobs: SKIP_GO_BENCH (go test -bench), SCALES and
 # ROUNDS (full program vs nft -f), SKIP_RSS and RSS_SCALES (daemon memory),
-# SKIP_PPS, PPS_ROUNDS, PPS_SECONDS (per-NEW-packet cost), SKIP_EVENTS and
-# EVENTS (event -> kernel at 1k and 10k policies).
+# SKIP_PPS, PPS_ROUNDS, PPS_SECONDS (per-NEW-packet cost, with the
+# ClusterNetworkPolicy variants unless SKIP_CNP), SKIP_EVENTS and EVENTS
+# (event -> kernel at 1k and 10k policies, and at 10k with
+# CLUSTER_POLICIES ClusterNetworkPolicies, 100, unless SKIP_CNP).
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
 hack/deps.sh
@@ -86,7 +88,9 @@ fi
 if [ -z "${SKIP_PPS:-}" ]; then
 	echo
 	echo "== per-NEW-packet cost"
-	go run ./hack/bench/pps -rounds "${PPS_ROUNDS:-5}" -seconds "${PPS_SECONDS:-2}"
+	cnp=true
+	[ -n "${SKIP_CNP:-}" ] && cnp=false
+	go run ./hack/bench/pps -rounds "${PPS_ROUNDS:-5}" -seconds "${PPS_SECONDS:-2}" -cnp="$cnp"
 fi
 
 if [ -z "${SKIP_EVENTS:-}" ]; then
@@ -94,4 +98,9 @@ if [ -z "${SKIP_EVENTS:-}" ]; then
 	echo "== event -> kernel"
 	go run ./hack/bench/events -policies 10 -events "${EVENTS:-200}"
 	go run ./hack/bench/events -policies 100 -events "${EVENTS:-200}"
+	if [ -z "${SKIP_CNP:-}" ]; then
+		echo
+		echo "== event -> kernel with ClusterNetworkPolicies (every kind, and cnp edit/add/delete)"
+		go run ./hack/bench/events -policies 100 -cluster-policies "${CLUSTER_POLICIES:-100}" -events "${EVENTS:-200}"
+	fi
 fi

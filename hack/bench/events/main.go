@@ -11,6 +11,20 @@
 //   - policy add: a copy of a policy that selects pods of this node;
 //   - policy edit: a changed port in a rule of such a policy.
 //
+// With -cluster-policies N the cluster also has N ClusterNetworkPolicies
+// (internal/scale.ClusterPolicies: Admin and Baseline guardrails, each
+// selecting one namespace, so pods of this node), every kind above runs
+// with them present, and three kinds more measure them:
+//
+//   - cnp edit: a changed port in the first rule of an Admin policy that
+//     selects pods of this node;
+//   - cnp add: a copy of such a policy under a new name (N → N+1);
+//   - cnp delete: such a policy deleted (N → N-1).
+//
+// An add is undone, and a delete's policy restored, by an untimed sync
+// ahead of the next event (eventKind.prepare), so every event of these
+// two changes one policy of N.
+//
 // Which pods are peers, and which label change moves a pod into or out of
 // a peer set, is the compiler's answer (peerOracle), not a copy of its
 // selection.
@@ -34,11 +48,13 @@
 // namespace, deleted on exit.
 //
 // Flags: -namespaces, -pods (per namespace), -policies (per namespace),
-// -local (pods on the node under test), -events (of each kind), -debounce
-// and -max-delay (those of Run; the defaults are the daemon's).
+// -cluster-policies, -local (pods on the node under test), -events (of
+// each kind), -debounce and -max-delay (those of Run; the defaults are the
+// daemon's).
 //
 //	go run ./hack/bench/events -namespaces 100 -pods 100 -policies 10 -events 200
 //	go run ./hack/bench/events -policies 100 -pods 1000   # 10k policies, 100k pods
+//	go run ./hack/bench/events -policies 100 -cluster-policies 100
 package main
 
 import (
@@ -66,6 +82,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/scale"
@@ -92,6 +109,7 @@ func main() { os.Exit(run()) }
 
 type config struct {
 	namespaces, pods, policies, local, events int
+	clusterPolicies                           int
 	timing                                    enforcer.Timing
 }
 
@@ -100,6 +118,7 @@ func run() int {
 	flag.IntVar(&cfg.namespaces, "namespaces", 100, "namespaces")
 	flag.IntVar(&cfg.pods, "pods", 100, "pods per namespace")
 	flag.IntVar(&cfg.policies, "policies", 10, "policies per namespace")
+	flag.IntVar(&cfg.clusterPolicies, "cluster-policies", 0, "ClusterNetworkPolicies in the cluster; above 0 adds the cnp event kinds")
 	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
 	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
 	// The daemon's defaults (cmd/nftpolicy: --debounce, --max-delay).
@@ -109,6 +128,10 @@ func run() int {
 	cfg.timing.Retry = time.Second
 	if cfg.namespaces < 1 || cfg.pods < 1 || cfg.policies < 1 || cfg.events < 1 {
 		fmt.Fprintln(os.Stderr, "-namespaces, -pods, -policies and -events must be at least 1")
+		return 2
+	}
+	if cfg.clusterPolicies < 0 {
+		fmt.Fprintln(os.Stderr, "-cluster-policies must not be negative")
 		return 2
 	}
 	if cfg.local < 1 || cfg.local > cfg.namespaces*cfg.pods {
@@ -132,6 +155,13 @@ func run() int {
 
 func bench(ctx context.Context, cfg config, out io.Writer) error {
 	base := scale.Cluster(cfg.namespaces, cfg.pods, cfg.policies, cfg.local, node, false)
+	if cfg.clusterPolicies > 0 {
+		// As the API server labels namespaces: cluster policies select by
+		// the name label.
+		scale.NameLabels(base)
+		base.ClusterPolicies = scale.ClusterPolicies(cfg.clusterPolicies, cfg.namespaces)
+		base.Sort()
+	}
 	c, err := newCluster(base)
 	if err != nil {
 		return err
@@ -164,8 +194,8 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 			local++
 		}
 	}
-	fmt.Fprintf(out, "event -> kernel: %d namespaces, %d pods (%d on this node), %d policies; %d events of each kind\n",
-		len(base.Namespaces), len(base.Pods), local, len(base.Policies), cfg.events)
+	fmt.Fprintf(out, "event -> kernel: %d namespaces, %d pods (%d on this node), %d policies, %d cluster policies; %d events of each kind\n",
+		len(base.Namespaces), len(base.Pods), local, len(base.Policies), len(base.ClusterPolicies), cfg.events)
 	fmt.Fprintf(out, "first sync (whole table): %s, %d messages\n", seconds(time.Since(start)), first.Batch.Messages)
 
 	direct, err := measureSync(ctx, s, base, kinds, cfg.events)
@@ -199,6 +229,16 @@ func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, ki
 		for i := range events {
 			if err := ctx.Err(); err != nil {
 				return t, err
+			}
+			if kind.prepare != nil {
+				prep, err := kind.prepare(cur, i)
+				if err != nil {
+					return t, fmt.Errorf("%s #%d: prepare: %w", kind.name, i, err)
+				}
+				if _, err := s.Sync(prep); err != nil {
+					return t, fmt.Errorf("%s #%d: prepare: sync: %w", kind.name, i, err)
+				}
+				cur = prep
 			}
 			next, err := kind.next(cur, i)
 			if err != nil {
@@ -289,6 +329,16 @@ func measureRun(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, kin
 		var took []time.Duration
 		cur := base
 		for i := range events {
+			if kind.prepare != nil {
+				prep, err := kind.prepare(cur, i)
+				if err != nil {
+					return t, fmt.Errorf("%s #%d: prepare: %w", kind.name, i, err)
+				}
+				if _, err := send(prep); err != nil {
+					return t, fmt.Errorf("%s #%d: prepare through Run: %w", kind.name, i, err)
+				}
+				cur = prep
+			}
 			next, err := kind.next(cur, i)
 			if err != nil {
 				return t, fmt.Errorf("%s #%d: %w", kind.name, i, err)
@@ -365,12 +415,19 @@ func (t table) print(w io.Writer) {
 // An eventKind makes events of one kind: next returns the snapshot after
 // event i, given cur, the snapshot after event i-1 (the base cluster for
 // i = 0). It never modifies cur or its objects, which the syncer holds.
+//
+// prepare, when set, returns the snapshot synced, untimed, just before
+// event i (given the snapshot after event i-1): next then starts from it.
+// It undoes what the previous event did where events of a kind must each
+// start from the same number of objects.
 type eventKind struct {
-	name string
-	next func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error)
+	name    string
+	next    func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error)
+	prepare func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error)
 }
 
-// eventKinds returns the six kinds of event, checking that the base
+// eventKinds returns the six kinds of event (nine with cluster policies in
+// the base cluster), checking that the base
 // cluster has enough objects for events of each.
 func eventKinds(c *cluster, events int) ([]eventKind, error) {
 	if len(c.remotePeers) == 0 {
@@ -396,8 +453,8 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 		return nil, errors.New("no active policy has an ingress rule with a numeric port to edit")
 	}
 
-	return []eventKind{
-		{"pod add", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+	kinds := []eventKind{
+		{name: "pod add", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
 			// A copy of a peer pod, under a new name and addresses, is
 			// selected by the same peer selectors.
 			p := c.remotePeers[i%len(c.remotePeers)].DeepCopy()
@@ -410,14 +467,14 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 			next.Pods = pods
 			return &next, err
 		}},
-		{"pod delete", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+		{name: "pod delete", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
 			gone := c.remotePeers[i]
 			pods, err := withDeleted(cur.Pods, gone.Namespace, gone.Name)
 			next := *cur
 			next.Pods = pods
 			return &next, err
 		}},
-		{"pod label change", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+		{name: "pod label change", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
 			r := relabels[i]
 			pods, err := withEdited(cur.Pods, r.pod.Namespace, r.pod.Name, func(p *corev1.Pod) *corev1.Pod {
 				p = p.DeepCopy()
@@ -428,7 +485,7 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 			next.Pods = pods
 			return &next, err
 		}},
-		{"namespace label change", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+		{name: "namespace label change", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
 			ns, err := c.reteam(cur, i)
 			if err != nil {
 				return nil, err
@@ -438,7 +495,7 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 			next.Namespaces = namespaces
 			return &next, err
 		}},
-		{"policy add", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+		{name: "policy add", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
 			// A copy of an active policy selects the same pods of this node.
 			np := c.active[i%len(c.active)].DeepCopy()
 			np.Name = fmt.Sprintf("added-%d", i)
@@ -447,7 +504,7 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 			next.Policies = policies
 			return &next, err
 		}},
-		{"policy edit", func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+		{name: "policy edit", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
 			// Editing a policy again later gives its port another value:
 			// every edit is a change.
 			edited := editable[i%len(editable)]
@@ -460,7 +517,63 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 			next.Policies = policies
 			return &next, err
 		}},
-	}, nil
+	}
+	if len(c.base.ClusterPolicies) == 0 {
+		return kinds, nil
+	}
+	if len(c.activeAdmin) == 0 {
+		return nil, errors.New("no Admin ClusterNetworkPolicy with a numeric port in its first ingress rule selects a pod of this node")
+	}
+	withClusterPolicies := func(cur *k8s.Snapshot, list []*policyv1beta1.ClusterNetworkPolicy, err error) (*k8s.Snapshot, error) {
+		next := *cur
+		next.ClusterPolicies = list
+		return &next, err
+	}
+	addedName := func(i int) string { return fmt.Sprintf("added-cnp-%d", i) }
+	return append(kinds,
+		eventKind{name: "cnp edit", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+			// As for policy edit: each edit of a policy gives its port
+			// another value.
+			edited := c.activeAdmin[i%len(c.activeAdmin)]
+			list, err := withEdited(cur.ClusterPolicies, "", edited.Name, func(cnp *policyv1beta1.ClusterNetworkPolicy) *policyv1beta1.ClusterNetworkPolicy {
+				cnp = cnp.DeepCopy()
+				scale.FirstClusterPort(cnp).Number = int32(1024 + i%60000)
+				return cnp
+			})
+			return withClusterPolicies(cur, list, err)
+		}},
+		eventKind{name: "cnp add",
+			// The previous event's copy goes first, untimed.
+			prepare: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+				if i == 0 {
+					return cur, nil
+				}
+				list, err := withDeleted(cur.ClusterPolicies, "", addedName(i-1))
+				return withClusterPolicies(cur, list, err)
+			},
+			// A copy of an active Admin policy selects the same pods of
+			// this node: their Admin chain gains its rules.
+			next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+				cnp := c.activeAdmin[i%len(c.activeAdmin)].DeepCopy()
+				cnp.Name = addedName(i)
+				list, err := withInserted(cur.ClusterPolicies, cnp)
+				return withClusterPolicies(cur, list, err)
+			}},
+		eventKind{name: "cnp delete",
+			// The previous event's policy comes back first, untimed.
+			prepare: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+				if i == 0 {
+					return cur, nil
+				}
+				list, err := withInserted(cur.ClusterPolicies, c.activeAdmin[(i-1)%len(c.activeAdmin)])
+				return withClusterPolicies(cur, list, err)
+			},
+			next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
+				gone := c.activeAdmin[i%len(c.activeAdmin)]
+				list, err := withDeleted(cur.ClusterPolicies, "", gone.Name)
+				return withClusterPolicies(cur, list, err)
+			}},
+	), nil
 }
 
 // addedPodIPs are the addresses of added pod i, outside the ranges
@@ -493,6 +606,9 @@ type cluster struct {
 	// active are the policies that select a pod of this node, so their
 	// chains and peer sets are in the table.
 	active []*networkingv1.NetworkPolicy
+	// activeAdmin are the Admin ClusterNetworkPolicies that select a pod
+	// of this node and have a numeric port in their first ingress rule.
+	activeAdmin []*policyv1beta1.ClusterNetworkPolicy
 	// remote are the pods on other nodes (that take part in policy),
 	// remotePeers those of them that are in a peer set of the base table.
 	remote, remotePeers []*corev1.Pod
@@ -517,6 +633,25 @@ func newCluster(base *k8s.Snapshot) (*cluster, error) {
 			c.active = append(c.active, np)
 		}
 	}
+	nsLabels := map[string]labels.Set{}
+	for _, ns := range base.Namespaces {
+		nsLabels[ns.Name] = ns.Labels
+	}
+	for _, cnp := range base.ClusterPolicies {
+		if cnp.Spec.Tier != policyv1beta1.AdminTier || scale.FirstClusterPort(cnp) == nil {
+			continue
+		}
+		nsSel, podSel, err := clusterSubject(cnp)
+		if err != nil {
+			continue
+		}
+		for ns, pods := range localByNS {
+			if nsSel.Matches(nsLabels[ns]) && slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return podSel.Matches(labels.Set(p.Labels)) }) {
+				c.activeAdmin = append(c.activeAdmin, cnp)
+				break
+			}
+		}
+	}
 	c.peers = newPeerOracle()
 	inPeerSet, err := c.peers.addresses(base)
 	if err != nil {
@@ -532,6 +667,23 @@ func newCluster(base *k8s.Snapshot) (*cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// clusterSubject returns the namespace and pod selectors of a cluster
+// policy's subject.
+func clusterSubject(cnp *policyv1beta1.ClusterNetworkPolicy) (ns, pods labels.Selector, err error) {
+	if s := cnp.Spec.Subject.Namespaces; s != nil {
+		ns, err = metav1.LabelSelectorAsSelector(s)
+		return ns, labels.Everything(), err
+	}
+	if s := cnp.Spec.Subject.Pods; s != nil {
+		if ns, err = metav1.LabelSelectorAsSelector(&s.NamespaceSelector); err != nil {
+			return nil, nil, err
+		}
+		pods, err = metav1.LabelSelectorAsSelector(&s.PodSelector)
+		return ns, pods, err
+	}
+	return nil, nil, errors.New("no subject")
 }
 
 // takesPart reports whether the enforcer counts p: it has an address of

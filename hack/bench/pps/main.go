@@ -17,12 +17,25 @@
 //     the same match, the allow-bit check and a limit evaluates every
 //     packet, and logs the few the limit lets through to a group nobody
 //     reads (the kernel drops them unread; reading costs the daemon,
-//     not the packet path).
+//     not the packet path);
+//   - 1k policies with ClusterNetworkPolicies (-cnp, on by default).
 //
-// Each variant with counters or flow logs is also compared, round by
-// round, with the variant without them that ran just before it.
+// With cluster policies, "cnp-100" adds 100 of them, a mix of Admin and
+// Baseline guardrails (internal/scale.ClusterPolicies), of which two
+// Admin policies and one Baseline policy select the bench namespace: the
+// flood passes every one of their rules that does not match it (peer
+// sets, protocols, ports) until an Admin Pass hands it to NetworkPolicy
+// (receiver) or a Baseline Accept lets it out (sender), so the sender now
+// has an egress pod chain too. "cnp-100-all" is the worst case, 100 Admin
+// policies all selecting the receiver, each with one Deny rule from a
+// namespace the sender is not in: the receiver's Admin chain is 100
+// rules, each a set lookup, linear in the policies by design (issue 15).
 //
-// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2]
+// Each variant with counters, flow logs or cluster policies is also
+// compared, round by round, with the variant it extends (for cluster
+// policies: the 1k-policy table without them, "no-cnp").
+//
+// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2] [-cnp=false | -cnp-only]
 package main
 
 import (
@@ -35,12 +48,14 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/netns"
@@ -98,6 +113,8 @@ func run() int {
 	rounds := flag.Int("rounds", 5, "measured rounds, after one warm-up round")
 	seconds := flag.Float64("seconds", 2, "flood duration of one measurement")
 	settle := flag.Duration("settle", time.Second, "pause between programming a variant and flooding")
+	withCNP := flag.Bool("cnp", true, "also measure the ClusterNetworkPolicy variants (1k policies +cnp-100, +cnp-100-all)")
+	cnpOnly := flag.Bool("cnp-only", false, "measure only none, conntrack-only, 1k policies and the ClusterNetworkPolicy variants")
 	flag.Parse()
 
 	c, err := netns.NewCluster(netns.Options{Name: "ppsbench", IPv4: true})
@@ -142,8 +159,8 @@ func run() int {
 		n.Exec("nft", "delete", "table", "inet", "ctonly")
 		return nil
 	}
-	withPolicies := func(namespaces, policiesPerNS int, counters, flowLog bool) func() error {
-		snap := benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog)
+	withPolicies := func(namespaces, policiesPerNS int, counters, flowLog bool, cnps clusterPolicies) func() error {
+		snap := benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog, cnps)
 		opts := enforcer.Options{Node: node, Counters: counters}
 		if flowLog {
 			opts.FlowLog = enforcer.FlowLog{Group: 100}
@@ -151,6 +168,11 @@ func run() int {
 		table, problems := enforcer.Compile(snap, opts)
 		if len(problems) > 0 {
 			fmt.Fprintln(os.Stderr, "compile:", problems)
+		}
+		if cnps != noCNP && len(problems) == 0 {
+			stats := tierStats(table)
+			fmt.Fprintf(os.Stderr, "%s: %d cluster policies, %d tier chains of %d rules; the receiver's admin chain has %d rules\n",
+				cnps, len(snap.ClusterPolicies), stats.chains, stats.rules, stats.receiverAdmin(table, dst))
 		}
 		return func() error {
 			if err := clear(); err != nil {
@@ -172,15 +194,29 @@ func run() int {
 			}
 			return nil
 		}, ""},
-		{"nftpolicy 10 policies", withPolicies(1, 10, false, false), ""},
-		{"10 policies +counters", withPolicies(1, 10, true, false), "nftpolicy 10 policies"},
-		{"10 policies +flow log", withPolicies(1, 10, true, true), "10 policies +counters"},
-		{"nftpolicy 1k policies", withPolicies(100, 10, false, false), ""},
-		{"1k policies +counters", withPolicies(100, 10, true, false), "nftpolicy 1k policies"},
-		{"1k policies +flow log", withPolicies(100, 10, true, true), "1k policies +counters"},
-		{"nftpolicy 10k policies", withPolicies(100, 100, false, false), ""},
-		{"10k policies +counters", withPolicies(100, 100, true, false), "nftpolicy 10k policies"},
-		{"10k policies +flow log", withPolicies(100, 100, true, true), "10k policies +counters"},
+	}
+	if !*cnpOnly {
+		variants = append(variants,
+			variant{"nftpolicy 10 policies", withPolicies(1, 10, false, false, noCNP), ""},
+			variant{"10 policies +counters", withPolicies(1, 10, true, false, noCNP), "nftpolicy 10 policies"},
+			variant{"10 policies +flow log", withPolicies(1, 10, true, true, noCNP), "10 policies +counters"})
+	}
+	variants = append(variants, variant{noCNPVariant, withPolicies(100, 10, false, false, noCNP), ""})
+	if !*cnpOnly {
+		variants = append(variants,
+			variant{"1k policies +counters", withPolicies(100, 10, true, false, noCNP), noCNPVariant},
+			variant{"1k policies +flow log", withPolicies(100, 10, true, true, noCNP), "1k policies +counters"})
+	}
+	if *withCNP || *cnpOnly {
+		variants = append(variants,
+			variant{cnp100Variant, withPolicies(100, 10, false, false, cnp100), noCNPVariant},
+			variant{cnp100AllVariant, withPolicies(100, 10, false, false, cnp100All), noCNPVariant})
+	}
+	if !*cnpOnly {
+		variants = append(variants,
+			variant{"nftpolicy 10k policies", withPolicies(100, 100, false, false, noCNP), ""},
+			variant{"10k policies +counters", withPolicies(100, 100, true, false, noCNP), "nftpolicy 10k policies"},
+			variant{"10k policies +flow log", withPolicies(100, 100, true, true, noCNP), "10k policies +counters"})
 	}
 
 	pps := map[string][]float64{}
@@ -228,7 +264,37 @@ func run() int {
 		m := median(ratios)
 		fmt.Printf("%-24s %-24s %11.3fx %15.1f%%\n", v.name, v.vs, m, (1/m-1)*100)
 	}
+	if *withCNP || *cnpOnly {
+		printCNP(pps)
+	}
 	return 0
+}
+
+// Names of the variants the ClusterNetworkPolicy summary compares.
+const (
+	noCNPVariant     = "nftpolicy 1k policies"
+	cnp100Variant    = "1k policies +cnp-100"
+	cnp100AllVariant = "1k policies +cnp-100-all"
+)
+
+// printCNP summarizes what cluster policies cost per NEW packet at 1k
+// policies: over conntrack-only, and against the same table without them
+// (no-cnp), round by round.
+func printCNP(pps map[string][]float64) {
+	base := median(pps["conntrack-only"])
+	without := pps[noCNPVariant]
+	fmt.Printf("\nClusterNetworkPolicy at 1k NetworkPolicies (no-cnp: %q)\n", noCNPVariant)
+	fmt.Printf("%-12s %10s %16s %16s %18s\n", "variant", "pps", "ns/pkt over ct", "pps vs no-cnp", "ns/pkt vs no-cnp")
+	for _, v := range []struct{ label, name string }{{"no-cnp", noCNPVariant}, {"cnp-100", cnp100Variant}, {"cnp-100-all", cnp100AllVariant}} {
+		with := pps[v.name]
+		ratios := make([]float64, len(with))
+		for r := range with {
+			ratios[r] = with[r] / without[r]
+		}
+		m, ratio := median(with), median(ratios)
+		// pps ratio r is a time-per-packet ratio of 1/r.
+		fmt.Printf("%-12s %10.0f %16.0f %15.3fx %17.3fx\n", v.label, m, 1e9/m-1e9/base, ratio, 1/ratio)
+	}
 }
 
 // measure floods dst from src and returns the packets per second that
@@ -271,12 +337,15 @@ func received(dst *netns.Pod) (int, error) {
 
 // benchSnapshot is a scale cluster plus the two bench pods, the receiver
 // isolated for ingress by a policy that allows the sender's flow among the
-// cluster's own policies.
+// cluster's own policies, and the cluster policies cnps.
 //
 // With flowLog the bench namespace is annotated for flow logs.
-func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int, flowLog bool) *k8s.Snapshot {
+func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int, flowLog bool, cnps clusterPolicies) *k8s.Snapshot {
 	snap := scale.Cluster(namespaces, 100, policiesPerNS, 100, node, false)
-	bench := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	// As the API server labels them; no NetworkPolicy of the cluster
+	// reads the label, cluster policies select by it.
+	scale.NameLabels(snap)
+	bench := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench", Labels: map[string]string{corev1.LabelMetadataName: "bench"}}}
 	if flowLog {
 		bench.Annotations = map[string]string{k8s.FlowLogAnnotation: "true"}
 	}
@@ -302,8 +371,167 @@ func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int, flowLog b
 			}},
 		},
 	})
+	switch cnps {
+	case cnp100:
+		snap.ClusterPolicies = append(scale.ClusterPolicies(97, namespaces), benchClusterPolicies()...)
+	case cnp100All:
+		snap.ClusterPolicies = allSelectReceiver(100, namespaces)
+	}
 	snap.Sort()
 	return snap
+}
+
+// clusterPolicies says which ClusterNetworkPolicies a variant's cluster
+// has.
+type clusterPolicies int
+
+const (
+	noCNP     clusterPolicies = iota
+	cnp100                    // 97 elsewhere, 2 Admin + 1 Baseline on the flood's path
+	cnp100All                 // 100 Admin, all selecting the receiver
+)
+
+func (c clusterPolicies) String() string {
+	return [...]string{"no-cnp", "cnp-100", "cnp-100-all"}[c]
+}
+
+// benchClusterPolicies are the three cluster policies of cnp-100 that
+// select the bench namespace, so both the sender (egress) and the
+// receiver (ingress). The flood (UDP from bench/src to bench/dst port
+// 9999) matches none of their rules until the last of each direction:
+//
+//   - bench-admin-a (Admin, priority 5): nothing on the flood's path
+//     matches; it has an Accept, so the pod chain checks our bit after
+//     the Admin tier;
+//   - bench-admin-b (Admin, priority 6): its last rule Passes traffic
+//     within the bench namespace, to NetworkPolicy (the receiver, which
+//     allow-flood isolates) or to the Baseline tier (the sender, which no
+//     NetworkPolicy isolates for egress);
+//   - bench-baseline (Baseline): its egress rules end with an Accept of
+//     the bench namespace, which lets the sender's flood out.
+func benchClusterPolicies() []*policyv1beta1.ClusterNetworkPolicy {
+	const (
+		accept = policyv1beta1.ClusterNetworkPolicyRuleActionAccept
+		deny   = policyv1beta1.ClusterNetworkPolicyRuleActionDeny
+		pass   = policyv1beta1.ClusterNetworkPolicyRuleActionPass
+	)
+	subject := policyv1beta1.ClusterNetworkPolicySubject{Namespaces: scale.NamespaceNamed("bench")}
+	team := func(t string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"team": t}}
+	}
+	dnsPods := &policyv1beta1.NamespacedPod{NamespaceSelector: *scale.NamespaceNamed("ns-0"), PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "app-3"}}}
+	from := func(p policyv1beta1.ClusterNetworkPolicyIngressPeer) []policyv1beta1.ClusterNetworkPolicyIngressPeer {
+		return []policyv1beta1.ClusterNetworkPolicyIngressPeer{p}
+	}
+	to := func(p policyv1beta1.ClusterNetworkPolicyEgressPeer) []policyv1beta1.ClusterNetworkPolicyEgressPeer {
+		return []policyv1beta1.ClusterNetworkPolicyEgressPeer{p}
+	}
+	protocols := func(p ...policyv1beta1.ClusterNetworkPolicyProtocol) []policyv1beta1.ClusterNetworkPolicyProtocol {
+		return p
+	}
+	return []*policyv1beta1.ClusterNetworkPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "bench-admin-a"}, Spec: policyv1beta1.ClusterNetworkPolicySpec{
+			Tier: policyv1beta1.AdminTier, Priority: 5, Subject: subject,
+			Ingress: []policyv1beta1.ClusterNetworkPolicyIngressRule{
+				{Name: "quarantine", Action: deny, From: from(policyv1beta1.ClusterNetworkPolicyIngressPeer{Namespaces: team("team-1")})},
+				{Name: "no-ssh", Action: deny, From: from(policyv1beta1.ClusterNetworkPolicyIngressPeer{Namespaces: &metav1.LabelSelector{}}), Protocols: protocols(scale.TCPPort(22))},
+				{Name: "monitoring", Action: accept, From: from(policyv1beta1.ClusterNetworkPolicyIngressPeer{Pods: &policyv1beta1.NamespacedPod{
+					NamespaceSelector: *team("team-2"), PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "app-0"}},
+				}}), Protocols: protocols(scale.TCPPort(9090))},
+			},
+			Egress: []policyv1beta1.ClusterNetworkPolicyEgressRule{
+				{Name: "no-metadata", Action: deny, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Networks: []policyv1beta1.CIDR{"169.254.169.254/32"}})},
+				{Name: "quarantine", Action: deny, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Namespaces: team("team-1")})},
+				{Name: "dns", Action: accept, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Pods: dnsPods}), Protocols: protocols(scale.UDPPort(53))},
+			},
+		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "bench-admin-b"}, Spec: policyv1beta1.ClusterNetworkPolicySpec{
+			Tier: policyv1beta1.AdminTier, Priority: 6, Subject: subject,
+			Ingress: []policyv1beta1.ClusterNetworkPolicyIngressRule{
+				{Name: "no-lab", Action: deny, From: from(policyv1beta1.ClusterNetworkPolicyIngressPeer{Namespaces: team("team-3")}), Protocols: protocols(scale.UDPPortRange(5000, 5100))},
+				{Name: "same-namespace", Action: pass, From: from(policyv1beta1.ClusterNetworkPolicyIngressPeer{Namespaces: scale.NamespaceNamed("bench")})},
+			},
+			Egress: []policyv1beta1.ClusterNetworkPolicyEgressRule{
+				{Name: "no-redis", Action: deny, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Namespaces: team("team-4")}), Protocols: protocols(scale.TCPPort(6379))},
+				{Name: "same-namespace", Action: pass, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Namespaces: scale.NamespaceNamed("bench")})},
+			},
+		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "bench-baseline"}, Spec: policyv1beta1.ClusterNetworkPolicySpec{
+			Tier: policyv1beta1.BaselineTier, Priority: 10, Subject: subject,
+			Ingress: []policyv1beta1.ClusterNetworkPolicyIngressRule{
+				{Name: "same-namespace", Action: accept, From: from(policyv1beta1.ClusterNetworkPolicyIngressPeer{Namespaces: scale.NamespaceNamed("bench")})},
+				{Name: "default-deny", Action: deny, From: from(policyv1beta1.ClusterNetworkPolicyIngressPeer{Namespaces: &metav1.LabelSelector{}})},
+			},
+			Egress: []policyv1beta1.ClusterNetworkPolicyEgressRule{
+				{Name: "no-private", Action: deny, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Networks: []policyv1beta1.CIDR{"192.168.0.0/16"}})},
+				{Name: "dns", Action: accept, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Pods: dnsPods}), Protocols: protocols(scale.UDPPort(53))},
+				{Name: "same-namespace", Action: accept, To: to(policyv1beta1.ClusterNetworkPolicyEgressPeer{Namespaces: scale.NamespaceNamed("bench")})},
+			},
+		}},
+	}
+}
+
+// allSelectReceiver are count Admin policies that all select the bench
+// namespace for ingress, each denying ingress from one scale namespace
+// (a peer set of its pods, which the sender is not in).
+func allSelectReceiver(count, namespaces int) []*policyv1beta1.ClusterNetworkPolicy {
+	var out []*policyv1beta1.ClusterNetworkPolicy
+	for i := range count {
+		out = append(out, &policyv1beta1.ClusterNetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("receiver-%d", i)},
+			Spec: policyv1beta1.ClusterNetworkPolicySpec{
+				Tier: policyv1beta1.AdminTier, Priority: int32(i), Subject: policyv1beta1.ClusterNetworkPolicySubject{Namespaces: scale.NamespaceNamed("bench")},
+				Ingress: []policyv1beta1.ClusterNetworkPolicyIngressRule{{
+					Name: "deny-" + fmt.Sprintf("ns-%d", i%namespaces), Action: policyv1beta1.ClusterNetworkPolicyRuleActionDeny,
+					From: []policyv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: scale.NamespaceNamed(fmt.Sprintf("ns-%d", i%namespaces))}},
+				}},
+			},
+		})
+	}
+	return out
+}
+
+// tableStats counts a table's tier chains (admin-*, baseline-*) and their
+// rules.
+type tableStats struct{ chains, rules int }
+
+func tierStats(t *nft.Table) tableStats {
+	var s tableStats
+	for _, c := range t.Chains {
+		if strings.HasPrefix(c.Name, "admin-") || strings.HasPrefix(c.Name, "baseline-") {
+			s.chains++
+			s.rules += len(c.Rules)
+		}
+	}
+	return s
+}
+
+// receiverAdmin returns the rules of the Admin chain the receiver's
+// ingress pod chain jumps to (-1 if there is none), read from the table:
+// the ingress dispatch map's element for its address names its pod chain.
+func (tableStats) receiverAdmin(t *nft.Table, dst *netns.Pod) int {
+	chains := map[string]*nft.Chain{}
+	for _, c := range t.Chains {
+		chains[c.Name] = c
+	}
+	for _, s := range t.Sets {
+		if !s.Verdict || !strings.Contains(s.Name, "ingress") {
+			continue
+		}
+		for _, e := range s.Elements {
+			if e.Addr != dst.IPv4() || chains[e.Verdict.Chain] == nil {
+				continue
+			}
+			for _, r := range chains[e.Verdict.Chain].Rules {
+				for _, x := range r.Exprs {
+					if v, ok := x.(nft.Verdict); ok && v.Kind == nft.Jump && strings.HasPrefix(v.Chain, "admin-") && chains[v.Chain] != nil {
+						return len(chains[v.Chain].Rules)
+					}
+				}
+			}
+		}
+	}
+	return -1
 }
 
 func median(v []float64) float64 {
