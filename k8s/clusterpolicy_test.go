@@ -225,22 +225,41 @@ items:
 }
 
 // TestClusterNetworkPolicyDuplicate: a ClusterNetworkPolicy defined twice,
-// differently, has nothing to stand in for it: both definitions are lost.
-// Defined twice alike it is used once.
+// differently, is stood in for by the Deny rules of both, in the Admin
+// tier at the first priority: dropping it would drop its Denies, and one
+// definition's Pass or Accept could open what the other denies. Defined
+// twice alike it is used once.
 func TestClusterNetworkPolicyDuplicate(t *testing.T) {
-	a := cnpDoc(clusterPolicyAPIVersions[0], "c", cnpHead+"  ingress: [{action: Deny, from: [{namespaces: {}}]}]")
-	b := cnpDoc(clusterPolicyAPIVersions[1], "c", cnpHead+"  ingress: [{action: Pass, from: [{namespaces: {}}]}]")
+	a := cnpDoc(clusterPolicyAPIVersions[0], "c", cnpHead+"  ingress: [{action: Deny, from: [{namespaces: {matchLabels: {team: a}}}]}, {action: Accept, from: [{namespaces: {}}]}]")
+	b := cnpDoc(clusterPolicyAPIVersions[1], "c", strings.Replace(cnpHead, "tier: Admin", "tier: Baseline", 1)+"  ingress: [{action: Pass, from: [{namespaces: {}}]}]\n  egress: [{action: Deny, to: [{networks: [10.0.0.0/8]}]}]")
 
 	snap, objErrs := loadCNP(t, a+"---\n"+b)
-	if len(snap.ClusterPolicies) != 0 {
-		t.Errorf("ClusterPolicies %v, want none", snap.ClusterPolicies)
+	if len(snap.ClusterPolicies) != 1 {
+		t.Fatalf("ClusterPolicies %v, want the stand-in", snap.ClusterPolicies)
+	}
+	got := snap.ClusterPolicies[0].Spec
+	if got.Tier != "Admin" || len(got.Ingress) != 1 || got.Ingress[0].Action != "Deny" ||
+		len(got.Egress) != 1 || got.Egress[0].Action != "Deny" || got.Subject.Namespaces == nil {
+		t.Errorf("stand-in spec %+v, want the Deny rules of both, Admin tier", got)
 	}
 	if len(objErrs) != 2 {
 		t.Fatalf("errors %v, want 2", objErrs)
 	}
 	for _, e := range objErrs {
-		if !strings.HasPrefix(e.Error(), fmt.Sprintf("cnp.yaml doc %d: ClusterNetworkPolicy c: duplicate object, also defined at", e.Doc)) || !e.Lost() {
-			t.Errorf("%v (lost %v), want a lost duplicate", e, e.Lost())
+		if !strings.HasPrefix(e.Error(), fmt.Sprintf("cnp.yaml doc %d: ClusterNetworkPolicy c: duplicate object, also defined at", e.Doc)) || !e.StandIn || e.Lost() {
+			t.Errorf("%v (stand-in %v), want a duplicate with a stand-in", e, e.StandIn)
+		}
+	}
+
+	// A definition that cannot be read may deny anything: no stand-in.
+	bad := cnpDoc(clusterPolicyAPIVersions[1], "c", cnpHead+"  ingress: [{action: Deny, from: []}]")
+	snap, objErrs = loadCNP(t, a+"---\n"+bad)
+	if len(snap.ClusterPolicies) != 0 {
+		t.Errorf("ClusterPolicies %v, want none", snap.ClusterPolicies)
+	}
+	for _, e := range objErrs {
+		if e.Kind == "ClusterNetworkPolicy" && !e.Lost() && !strings.Contains(e.Error(), "from") {
+			t.Errorf("%v: want it lost", e)
 		}
 	}
 

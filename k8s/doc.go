@@ -99,8 +99,12 @@
 //     everything to its subject would cut off pods it never meant to. So
 //     it is treated as a document that cannot be read: a restarted daemon
 //     holds its table, and /readyz names it. A ClusterNetworkPolicy
-//     defined twice, differently, is lost in the same way (or keeps its
-//     last good version under WatchDir).
+//     defined twice, differently, whose definitions all validate, has a
+//     stand-in (denyOnly): the Deny rules of every definition, in the
+//     Admin tier at the first priority, for the subject they agree on or
+//     every pod; nothing is accepted or passed. With a definition that
+//     cannot be read it is lost as above (or keeps its last good version
+//     under WatchDir).
 //
 // Each is still an error (not a Warning), so what is enforced is not taken
 // for what the files say; ObjectError.StandIn says a stand-in is in
@@ -121,7 +125,8 @@
 // one with no rules that isolates the pods its definitions select (all pods
 // of the namespace when they select differently; a rejected definition
 // counts with its stand-in), so its pods stay isolated but nothing it
-// allowed is allowed; a duplicated Pod, Namespace or Node keeps its last
+// allowed is allowed; a duplicated ClusterNetworkPolicy becomes its
+// definitions' Deny rules (above); a duplicated Pod, Namespace or Node keeps its last
 // good version under WatchDir (below). Without one (LoadDir, or an object
 // new to the watcher) a Pod keeps the addresses, node and phase its
 // definitions agree on, with the labels they all have alike (the

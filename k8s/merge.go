@@ -222,6 +222,12 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 					outcome = "it isolates the pods either definition selects and allows nothing until one is removed"
 				}
 			}
+			if key.kind == "ClusterNetworkPolicy" && (old == nil || slices.ContainsFunc(defs, func(d *definition) bool { return d.obj != nil })) {
+				if p := denyOnly(defs); p != nil {
+					kept, stoodIn = p, true
+					outcome = "the Deny rules of every definition stand in the Admin tier at the first priority, for the pods either subject selects (all pods when they differ), and nothing is accepted or passed, until one is removed"
+				}
+			}
 			if kept == nil && old != nil {
 				kept, lastGood, quarantined, where = old, true, prev.lastQuarantined(key), prev.lastUnsettled(key)
 				outcome = "its last good version stays in effect until one is removed"
@@ -482,6 +488,51 @@ func isolationOnly(defs []*definition) *networkingv1.NetworkPolicy {
 		types = append(types, networkingv1.PolicyTypeEgress)
 	}
 	return isolating(each[0].Namespace, each[0].Name, sel, types)
+}
+
+// denyOnly returns the policy that stands for a ClusterNetworkPolicy
+// defined more than once, differently: dropping it would drop its Deny
+// rules, and either definition's Accept or Pass could open what the
+// other's Deny closes. It holds the Deny rules of every definition, in
+// the Admin tier (ahead of NetworkPolicy, as the strictest tier) at the
+// lowest priority any gives; its subject is theirs when they agree, every
+// pod when they do not (one subject cannot express the union). Nil when a
+// definition cannot be read: it might deny anything, and its last good
+// version, if any, is the better stand-in.
+func denyOnly(defs []*definition) *policyv1beta1.ClusterNetworkPolicy {
+	var each []*policyv1beta1.ClusterNetworkPolicy
+	for _, d := range defs {
+		p, ok := d.obj.(*policyv1beta1.ClusterNetworkPolicy)
+		if !ok {
+			return nil
+		}
+		each = append(each, p)
+	}
+	if len(each) == 0 {
+		return nil
+	}
+	out := &policyv1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: each[0].Name}}
+	out.SetGroupVersionKind(policyv1beta1.SchemeGroupVersion.WithKind("ClusterNetworkPolicy"))
+	out.Spec.Tier = policyv1beta1.AdminTier
+	out.Spec.Priority = each[0].Spec.Priority
+	out.Spec.Subject = *each[0].Spec.Subject.DeepCopy()
+	for _, p := range each {
+		out.Spec.Priority = min(out.Spec.Priority, p.Spec.Priority)
+		if !reflect.DeepEqual(p.Spec.Subject, out.Spec.Subject) {
+			out.Spec.Subject = policyv1beta1.ClusterNetworkPolicySubject{Namespaces: &metav1.LabelSelector{}}
+		}
+		for _, r := range p.Spec.Ingress {
+			if r.Action == policyv1beta1.ClusterNetworkPolicyRuleActionDeny {
+				out.Spec.Ingress = append(out.Spec.Ingress, *r.DeepCopy())
+			}
+		}
+		for _, r := range p.Spec.Egress {
+			if r.Action == policyv1beta1.ClusterNetworkPolicyRuleActionDeny {
+				out.Spec.Egress = append(out.Spec.Egress, *r.DeepCopy())
+			}
+		}
+	}
+	return out
 }
 
 // isolating returns a policy with no rules, which allows nothing, that
