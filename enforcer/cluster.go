@@ -409,7 +409,9 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 				continue
 			}
 			for _, f := range families {
-				add(append(matchPeer(f), pm.exprs...))
+				// Protocol and port first: two comparisons that fail
+				// most packets cost less than the set lookup.
+				add(append(slices.Clone(pm.exprs), matchPeer(f)...))
 			}
 		}
 	}
