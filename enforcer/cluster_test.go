@@ -419,3 +419,54 @@ func TestClusterPolicyQuarantinedNamespaceFailsClosed(t *testing.T) {
 		return from == to || !(ns(from) == "y" && ns(to) == "x" || ns(from) != "x" && ns(to) == "y")
 	}}}})
 }
+
+// A pod's connections to its own node cross the input hook, not forward:
+// cluster policies judge them there; NetworkPolicy, when it isolates the
+// pod, allows them, as it always does.
+func TestClusterPolicyOwnNode(t *testing.T) {
+	nodeAddr := netip.MustParseAddr("192.0.2.50")
+	withNode := func(s *k8s.Snapshot) *k8s.Snapshot {
+		s.Nodes[0].Labels = map[string]string{"role": "worker"}
+		s.Nodes[0].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeAddr.String()}}
+		return s
+	}
+	nodes := cnpv1.ClusterNetworkPolicyEgressPeer{Nodes: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}}}
+	all := cnpv1.ClusterNetworkPolicyEgressPeer{Networks: []cnpv1.CIDR{"0.0.0.0/0", "::/0"}}
+	for _, tc := range []struct {
+		name    string
+		snap    *k8s.Snapshot
+		allowed map[string]bool // by pod
+	}{
+		{"admin deny to nodes", withCluster(withNode(cluster()), admin("no-nodes", 1, subjectNS("x"), cnpOut(cnpDeny, to(nodes)))),
+			map[string]bool{"x/a": false, "y/a": true}},
+		{"admin deny to every network", withCluster(withNode(cluster()), admin("no-out", 1, subjectNS("x"), cnpOut(cnpDeny, to(all)))),
+			map[string]bool{"x/a": false, "y/a": true}},
+		{"admin accept ahead of a deny", withCluster(withNode(cluster()),
+			admin("ok", 0, subjectNS("x"), cnpOut(cnpAccept, to(nodes))), admin("no-out", 1, subjectNS("x"), cnpOut(cnpDeny, to(all)))),
+			map[string]bool{"x/a": true}},
+		{"baseline deny, NetworkPolicy isolating x", withCluster(withNode(cluster(policy("x", "deny-egress", denyEgress))),
+			baseline("no-nodes", 1, subjectNS(), cnpOut(cnpDeny, to(nodes)))),
+			map[string]bool{"x/a": true, "y/a": false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table, problems := Compile(tc.snap, Options{Node: testNode})
+			if len(problems) > 0 {
+				t.Fatal(problems)
+			}
+			for pod, want := range tc.allowed {
+				pkt := nft.Packet{Src: addrOf(t, pod, nft.IPv4), Dst: nodeAddr, Proto: nft.ProtoTCP, Dport: 10250}
+				res, err := nft.Trace(table, inputChainName(), pkt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := res.Verdict == nft.Accept; got != want {
+					t.Errorf("%s → its node: allowed=%v, want %v\n%s", pod, got, want, strings.Join(res.Path, "\n"))
+				}
+			}
+		})
+	}
+	// Without cluster policies the table has no input chain.
+	if table, _ := Compile(cluster(policy("x", "deny-egress", denyEgress)), Options{Node: testNode}); slices.ContainsFunc(table.Chains, func(c *nft.Chain) bool { return c.Name == inputChainName() }) {
+		t.Error("an input chain without cluster policies")
+	}
+}

@@ -168,6 +168,8 @@ type Compiler struct {
 	portSets refCounted[portUse, *portSets]
 
 	podChains map[podChainKey]*podChain // isolated local pods, by pod and direction
+	// nodeChains: local pods' chains for connections to this node (see node.go)
+	nodeChains map[objKey]*podChain
 	dispatch  []*nft.Set                // the four pods maps of the last table
 
 	// What the next table lists beyond the base chain and the dispatch
@@ -238,6 +240,7 @@ func NewCompiler(opts Options) *Compiler {
 		podTiers:       map[podChainKey]podTiers{},
 		nodes:          map[string]nodeView{},
 		podChains:      map[podChainKey]*podChain{},
+		nodeChains:     map[objKey]*podChain{},
 		chainNames:     newNameRegistry(),
 		peerNames:      newNameRegistry(),
 		flowIDs:        newFlowIDs(),
@@ -303,7 +306,11 @@ func (c *Compiler) assemble(priority int32, ch *changes) *nft.Table {
 		Chains: make([]*nft.Chain, 0, 1+c.chains.len()),
 		Sets:   make([]*nft.Set, 0, len(c.dispatch)+c.sets.len()),
 	}
-	t.Chains = c.chains.appendSorted(append(t.Chains, c.forwardChain(priority)))
+	t.Chains = append(t.Chains, c.forwardChain(priority))
+	if in := c.inputChain(); in != nil {
+		t.Chains = append(t.Chains, in)
+	}
+	t.Chains = c.chains.appendSorted(t.Chains)
 	t.Sets = c.sets.appendSorted(append(t.Sets, c.dispatch...))
 	return t
 }
@@ -429,7 +436,7 @@ func (c *Compiler) dispatchMaps() []*nft.Set {
 	for _, m := range out {
 		slices.SortFunc(m.Elements, func(a, b nft.Element) int { return a.Addr.Compare(b.Addr) })
 	}
-	return out
+	return append(out, c.nodeMaps()...)
 }
 
 func dirNamed(name string) direction {
@@ -443,6 +450,10 @@ func dirNamed(name string) direction {
 // pod or a policy changed, and drops those of pods no longer isolated.
 func (c *Compiler) refreshPodChains(ch *changes) {
 	for _, key := range ch.goneLocal {
+		if pc, ok := c.nodeChains[key]; ok {
+			c.dropNodeChain(key, pc)
+			ch.dispatch = true
+		}
 		for _, d := range directions {
 			k := podChainKey{key, d.name}
 			if pc, ok := c.podChains[k]; ok {
@@ -474,6 +485,9 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	k := podChainKey{pd.key, d.name}
 	old := c.podChains[k]
 	tiers := c.podTiers[k]
+	if d == egress {
+		c.refreshNodeChain(pd, tiers, len(selecting) > 0, ch)
+	}
 	if len(selecting) == 0 && !pd.quarantined && tiers == (podTiers{}) {
 		if old != nil {
 			c.dropPodChain(k, old)

@@ -17,15 +17,36 @@ func (c *Compiler) Delta() *nft.Delta {
 		return &nft.Delta{Full: true, Reason: "nothing programmed yet"}
 	}
 	d := &nft.Delta{}
-	// The base chain is built by every call; the dispatch maps by calls
-	// where a pod chain changed.
-	d.RecordChain(prev.Chains[0], cur.Chains[0])
+	// The base chains are built by every call (the input chain comes and
+	// goes with pods judged for their node: node.go); the dispatch maps by
+	// calls where a pod chain changed. Both lead their lists.
+	base := map[string][2]*nft.Chain{}
+	for i, t := range []*nft.Table{prev, cur} {
+		for _, ch := range t.Chains {
+			if ch.Hook == nil {
+				break
+			}
+			b := base[ch.Name]
+			b[i] = ch
+			base[ch.Name] = b
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(base)) {
+		d.RecordChain(base[name][0], base[name][1])
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.chains.touched)) {
 		d.RecordChain(c.chains.touched[name], c.chains.get(name))
 	}
 	sets := map[string][2]*nft.Set{}
-	for i, s := range cur.Sets[:len(c.dispatch)] {
-		sets[s.Name] = [2]*nft.Set{prev.Sets[i], s}
+	for i, t := range []*nft.Table{prev, cur} {
+		for _, s := range t.Sets {
+			if !isDispatchMap(s.Name) {
+				break
+			}
+			p := sets[s.Name]
+			p[i] = s
+			sets[s.Name] = p
+		}
 	}
 	for name, before := range c.sets.touched {
 		sets[name] = [2]*nft.Set{before, c.sets.get(name)}
@@ -39,4 +60,15 @@ func (c *Compiler) Delta() *nft.Delta {
 		d.RecordSet(before, after)
 	}
 	return d
+}
+
+// isDispatchMap reports whether name is one of the maps that lead a
+// table's sets: dispatchMaps.
+func isDispatchMap(name string) bool {
+	for _, f := range families {
+		if name == podsMapName(ingress, f) || name == podsMapName(egress, f) || name == nodeMapName(f) {
+			return true
+		}
+	}
+	return false
 }

@@ -25,8 +25,11 @@ package enforcer
 // rule and each pod chain's drop in a rule of its own ahead of it, with a
 // limit (Options.FlowLog, see flowlog.go). Version 6 lets neighbour
 // discovery through only with hop limit 255, as it is sent: a routed
-// packet of those ICMPv6 types is judged by policy.
-const Layout = 6
+// packet of those ICMPv6 types is judged by policy. Version 7 judges
+// ClusterNetworkPolicy: tier chains, and, while a pod of this node is an
+// egress subject, a base chain on the input hook for its connections to
+// the node (see node.go).
+const Layout = 7
 
 // previousLayout is set, at link time only, by the tests of an upgrade
 // under probing (test/e2e), which need two builds whose layouts differ:
