@@ -170,7 +170,7 @@ type Compiler struct {
 	podChains map[podChainKey]*podChain // isolated local pods, by pod and direction
 	// nodeChains: local pods' chains for connections to this node (see node.go)
 	nodeChains map[objKey]*podChain
-	dispatch  []*nft.Set                // the four pods maps of the last table
+	dispatch   []*nft.Set // the dispatch maps of the last table (dispatchMaps)
 
 	// What the next table lists beyond the base chain and the dispatch
 	// maps: policy and pod chains, and every other set.
