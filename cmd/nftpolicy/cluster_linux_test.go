@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -78,6 +79,41 @@ func TestIntegrationClusterPolicyMetricsAndExplain(t *testing.T) {
 	for _, want := range []string{"verdict: drop", "ClusterNetworkPolicy guard-x (admin) ingress[1] nothing-else-from-y: Deny", "dropped by the admin tier"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("explain lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A pod's connections to its own node end there, through the input hook:
+// an admin egress Deny to nodes stops them all the same, and a pod the
+// policy does not select still reaches the node.
+func TestIntegrationClusterPolicyOwnNode(t *testing.T) {
+	c, node, dir := packetCluster(t)
+	if err := c.ServeOnNode(node); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "no-nodes.yaml"), `apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: no-nodes}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {namespaces: {matchLabels: {ns: x}}}
+  egress: [{name: deny-nodes, action: Deny, to: [{nodes: {}}]}]
+`)
+	d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", node.NetnsName())
+	d.waitGeneration(t, 0)
+	for _, addr := range []netip.Addr{node.IPv4(), node.IPv6()} {
+		for _, p := range []struct {
+			pod  string
+			want bool
+		}{{"x/a", false}, {"y/a", true}} {
+			got := c.Probe(c.Pod(p.pod), addr, netns.TCP, 80, probeTimeout)
+			if !got && p.want {
+				got = c.Probe(c.Pod(p.pod), addr, netns.TCP, 80, probeTimeout) // a lost packet, not policy
+			}
+			if got != p.want {
+				t.Errorf("%s → its node %s tcp/80: allowed=%v, want %v", p.pod, addr, got, p.want)
+			}
 		}
 	}
 }
