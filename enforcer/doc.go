@@ -131,6 +131,10 @@
 // Pass deny all; domainNames, which we do not support, matches nothing.
 // Each is a Problem naming the policy.
 //
+// A pod's connections to its own node never cross the forward hook, and
+// NetworkPolicy always allows them; cluster policies judge them on the
+// input hook (node.go).
+//
 // # Syncing
 //
 // The Syncer writes the first table whole, then each change as one delta
