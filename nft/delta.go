@@ -120,24 +120,28 @@ func (u SetUpdate) changes() (gone, came []Element) {
 }
 
 // diffElements returns the elements old has and new has not, and the
-// reverse. It compares model elements: its cost follows the size of the
-// sets, but it never encodes what stays.
+// reverse. It compares model elements, each single value spelled one way
+// (see Element.normalize): its cost follows the size of the sets, but it
+// never encodes what stays. An element of an address . protocol . port
+// map whose range or verdict changes is one element gone and one come:
+// the writer deletes before it adds, so the kernel never sees the two
+// overlap.
 func diffElements(old, new *Set) (gone, came []Element) {
 	had := make(map[Element]bool, len(old.Elements))
 	for _, e := range old.Elements {
-		had[e] = true
+		had[e.normalize()] = true
 	}
 	has := make(map[Element]bool, len(new.Elements))
 	for _, e := range new.Elements {
-		has[e] = true
+		has[e.normalize()] = true
 	}
 	for _, e := range old.Elements {
-		if !has[e] {
+		if !has[e.normalize()] {
 			gone = append(gone, e)
 		}
 	}
 	for _, e := range new.Elements {
-		if !had[e] {
+		if !had[e.normalize()] {
 			came = append(came, e)
 		}
 	}

@@ -52,6 +52,18 @@ func changedSample() *Table {
 	pods.Elements = append(pods.Elements, Element{Addr: a("10.0.0.2"), Verdict: Verdict{Kind: Goto, Chain: "np-y/new"}})
 	setNamed(t, "np-v6").Elements = []Element{{Addr: a("fd00::2"), Proto: ProtoTCP, Port: 443}}
 	t.Sets = slicesDelete(t.Sets, "plain-v4")
+	// An element's port range grows over the old one (deleted before the
+	// new one is added, or the kernel would find them overlapping), one
+	// goes, one comes, and verdicts to leaf, which goes, turn elsewhere.
+	setNamed(t, "ports-v4").Elements = []Element{
+		{Addr: a("10.0.0.0"), Last: a("10.0.0.255"), Proto: ProtoTCP, Port: 80, PortLast: 90, Verdict: Verdict{Kind: Drop}},
+		{Addr: a("10.0.1.5"), Proto: ProtoUDP, Port: 53, Verdict: Verdict{Kind: Accept}},
+		{Addr: a("10.0.3.1"), Proto: ProtoICMP, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Goto, Chain: "np-y/new"}},
+		{Addr: a("10.0.4.0"), Last: a("10.0.4.255"), Proto: ProtoTCP, Port: 22, Verdict: Verdict{Kind: Continue}},
+		{Addr: a("10.1.0.0"), Last: a("10.1.255.255"), Proto: 0, ProtoLast: 255, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Jump, Chain: "pod-x/a"}},
+		{Addr: a("10.2.0.0"), Last: a("10.2.0.255"), Proto: ProtoTCP, ProtoLast: ProtoUDP, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Drop}},
+	}
+	setNamed(t, "ports-v6").Elements[2].Verdict = Verdict{Kind: Goto, Chain: "np-y/new"}
 
 	t.Chains = append(t.Chains[:len(t.Chains)-1], &Chain{Name: "np-y/new", Rules: []Rule{
 		{Exprs: []Expr{AddrInSet{Family: IPv6, Field: Saddr, Set: "peers-y-v6"}, L4ProtoEq{ProtoTCP}, Verdict{Kind: Accept}}, Comment: "y/new ingress[0]"},

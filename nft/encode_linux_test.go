@@ -199,6 +199,8 @@ func verdictText(nest []byte) (string, error) {
 		return "jump -> " + chain, nil
 	case unix.NFT_GOTO:
 		return "goto -> " + chain, nil
+	case unix.NFT_CONTINUE:
+		return "continue", nil
 	}
 	return "", fmt.Errorf("verdict code %d", int32(code))
 }
@@ -293,6 +295,10 @@ func debugExpr(name string, a map[uint16][]byte) (string, error) {
 			qthreshold = binary.BigEndian.Uint16(v)
 		}
 		return fmt.Sprintf("log %sgroup %d snaplen %d qthreshold %d", s, binary.BigEndian.Uint16(a[unix.NFTA_LOG_GROUP]), snaplen, qthreshold), nil
+	case "byteorder":
+		ops := map[uint32]string{unix.NFT_BYTEORDER_NTOH: "ntoh", unix.NFT_BYTEORDER_HTON: "hton"}
+		return fmt.Sprintf("byteorder reg %d = %s(reg %d, %d, %d)", u32(a[unix.NFTA_BYTEORDER_DREG]), known(ops, a[unix.NFTA_BYTEORDER_OP]),
+			u32(a[unix.NFTA_BYTEORDER_SREG]), u32(a[unix.NFTA_BYTEORDER_SIZE]), u32(a[unix.NFTA_BYTEORDER_LEN])), nil
 	case "immediate":
 		v, err := verdictText(a[unix.NFTA_IMMEDIATE_DATA])
 		if err != nil {
@@ -320,7 +326,7 @@ func debugElements(b *strings.Builder, data []byte) error {
 	}
 	fmt.Fprintf(b, "set %s\n", set)
 	return walk(elems, func(typ uint16, v []byte) error {
-		var key []byte
+		var key, keyEnd []byte
 		var flags uint32
 		var verdict string
 		err := walk(v, func(typ uint16, v []byte) error {
@@ -328,6 +334,8 @@ func debugElements(b *strings.Builder, data []byte) error {
 			switch typ {
 			case unix.NFTA_SET_ELEM_KEY:
 				key = value(v)
+			case nftaSetElemKeyEnd:
+				keyEnd = value(v)
 			case unix.NFTA_SET_ELEM_FLAGS:
 				flags = u32(v)
 			case unix.NFTA_SET_ELEM_DATA:
@@ -341,7 +349,11 @@ func debugElements(b *strings.Builder, data []byte) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(b, "\telement %s  : %s%d [end]\n", strings.ReplaceAll(words(key), "0x", ""), verdict, flags)
+		end := ""
+		if keyEnd != nil {
+			end = "  - " + strings.ReplaceAll(words(keyEnd), "0x", "")
+		}
+		fmt.Fprintf(b, "\telement %s%s  : %s%d [end]\n", strings.ReplaceAll(words(key), "0x", ""), end, verdict, flags)
 		return nil
 	})
 }

@@ -299,14 +299,14 @@ func applyDelta(old *Table, d *Delta) (*Table, BatchStats, error) {
 		gone, came := u.changes()
 		s := t.Sets[i]
 		for _, e := range gone {
-			j := slices.Index(s.Elements, e)
+			j := slices.IndexFunc(s.Elements, func(x Element) bool { return x.normalize() == e.normalize() })
 			if j < 0 {
 				return nil, st, fmt.Errorf("set %s: delete element %s: %w", s.Name, renderElement(s, e), syscall.ENOENT)
 			}
 			s.Elements = slices.Delete(s.Elements, j, j+1)
 		}
 		for _, e := range came {
-			if !slices.Contains(s.Elements, e) {
+			if !slices.ContainsFunc(s.Elements, func(x Element) bool { return x.normalize() == e.normalize() }) {
 				s.Elements = append(s.Elements, e)
 			}
 		}
@@ -382,6 +382,8 @@ func checkRefs(t, before *Table) error {
 					err = missing("set", e.Map, sets)
 				case AddrProtoPortInSet:
 					err = missing("set", e.Set, sets)
+				case AddrProtoPortVmap:
+					err = missing("set", e.Map, sets)
 				}
 				if err != nil {
 					return fmt.Errorf("chain %s rule %d (%s): %w", c.Name, i, RenderRule(r), err)
@@ -595,6 +597,8 @@ func canonical(t *Table) *Table {
 }
 
 func compareElements(a, b Element) int {
-	return cmp.Or(a.Addr.Compare(b.Addr), a.Last.Compare(b.Last), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port),
+	a, b = a.normalize(), b.normalize()
+	return cmp.Or(a.Addr.Compare(b.Addr), a.Last.Compare(b.Last), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.ProtoLast, b.ProtoLast),
+		cmp.Compare(a.Port, b.Port), cmp.Compare(a.PortLast, b.PortLast),
 		cmp.Compare(a.Verdict.Kind, b.Verdict.Kind), cmp.Compare(a.Verdict.Chain, b.Verdict.Chain))
 }

@@ -148,6 +148,26 @@ type AddrProtoPortInSet struct {
 	Set    string
 }
 
+// AddrProtoPortVmap looks address, protocol and destination port up
+// together in an address . protocol . port interval verdict map (a Set
+// with Key KeyIPv4ProtoPort or KeyIPv6ProtoPort, Interval and Verdict) and
+// applies the verdict of the one element whose ranges hold all three:
+// `ip saddr . meta l4proto . th dport vmap @map`. A miss falls through to
+// the next rule, as does a `continue` element. It is one lookup in place of
+// a chain of first-match rules, whatever the map's size.
+//
+// A packet of another family, or one without a transport header the
+// kernel can read (a fragment after the first), is a miss. For a protocol
+// without ports `th dport` reads bytes 2-3 of whatever header follows
+// (ICMP's checksum); Set.Validate therefore requires an element whose
+// protocols include one without ports to span every port, so that the
+// value read never decides.
+type AddrProtoPortVmap struct {
+	Family IPFamily
+	Field  AddrField
+	Map    string
+}
+
 // ICMPv6TypeRange matches IPv6 ICMP messages of a type in [First, Last],
 // and with HopLimit, unless it is 0, as their hop limit:
 // `icmpv6 type 133-137 ip6 hoplimit 255`.
@@ -196,7 +216,8 @@ type Log struct {
 }
 
 // Verdict ends evaluation of the rule: `accept`, `drop`, `return`,
-// `jump chain` or `goto chain`.
+// `jump chain` or `goto chain`. `continue` (in a verdict map element, where
+// it makes a hit act as a miss) ends only the rule: the next one runs.
 type Verdict struct {
 	Kind  VerdictKind
 	Chain string // for Jump and Goto
@@ -212,6 +233,10 @@ const (
 	Return VerdictKind = "return"
 	Jump   VerdictKind = "jump"
 	Goto   VerdictKind = "goto"
+	// Continue goes on with the next rule, as if the rule had not
+	// matched: in a verdict map, an element that deliberately decides
+	// nothing.
+	Continue VerdictKind = "continue"
 )
 
 func (CtStateEstablishedRelated) isExpr() {}
@@ -223,6 +248,7 @@ func (AddrVmap) isExpr()                  {}
 func (L4ProtoEq) isExpr()                 {}
 func (DportRange) isExpr()                {}
 func (AddrProtoPortInSet) isExpr()        {}
+func (AddrProtoPortVmap) isExpr()         {}
 func (ICMPv6TypeRange) isExpr()           {}
 func (MarkBitsSet) isExpr()               {}
 func (MarkBitsClear) isExpr()             {}
@@ -244,6 +270,18 @@ const (
 	ProtoICMPv6 Proto = 58
 	ProtoSCTP   Proto = 132
 )
+
+// HasPorts reports whether the protocol's header starts with a source and
+// a destination port, which `th dport` reads: TCP, UDP, DCCP (33), SCTP
+// and UDP-Lite (136). For any other protocol `th dport` reads bytes 2-3 of
+// its header, which are no port (ICMP's checksum).
+func (p Proto) HasPorts() bool {
+	switch p {
+	case ProtoTCP, ProtoUDP, 33, ProtoSCTP, 136:
+		return true
+	}
+	return false
+}
 
 // String is the nft keyword for the protocol.
 func (p Proto) String() string {
@@ -270,12 +308,22 @@ type Set struct {
 	Key     KeyType
 	// Interval sets hold address ranges (ipBlock minus except); their
 	// elements must not overlap, which the compiler guarantees by building
-	// them with netipx.IPSet.
+	// them with netipx.IPSet. With an address . protocol . port key,
+	// Interval is only valid together with Verdict: an interval verdict
+	// map whose elements hold a range of each of the three (see
+	// AddrProtoPortVmap).
 	Interval bool
 	// Verdict makes this a verdict map from the key to Element.Verdict.
+	// A verdict map's key is an address, or, with Interval, an address .
+	// protocol . port concatenation.
 	Verdict  bool
 	Elements []Element
 }
+
+// protoPortMap reports whether s is an address . protocol . port interval
+// verdict map: its elements are ranges of all three, encoded as a key and
+// a key end (the kernel's pipapo set), not as interval end elements.
+func (s *Set) protoPortMap() bool { return s.Key.Concat() && s.Interval }
 
 // A KeyType is the type of a set's key.
 type KeyType int
@@ -299,16 +347,57 @@ func (k KeyType) Family() IPFamily {
 // Concat reports whether the key is address . protocol . port.
 func (k KeyType) Concat() bool { return k == KeyIPv4ProtoPort || k == KeyIPv6ProtoPort }
 
-// An Element is one member of a Set.
+// An Element is one member of a Set. Which fields are meaningful depends on
+// the set; the others must be zero:
 //
 //   - address sets: Addr, and for interval sets Last (inclusive; zero or
 //     equal to Addr for a single address);
 //   - concatenated sets: Addr, Proto and Port;
-//   - verdict maps: Addr and Verdict.
+//   - verdict maps keyed by address: Addr and Verdict;
+//   - address . protocol . port interval verdict maps: the inclusive
+//     ranges Addr-Last, Proto-ProtoLast and Port-PortLast, each end zero
+//     or equal to its start for a single value, and Verdict. The element
+//     holds a packet whose address, protocol and port are each in range.
+//
+// An Element is comparable: two elements are the same when all fields are
+// (see also normalize, for the two spellings of a single value).
 type Element struct {
-	Addr    netip.Addr
-	Last    netip.Addr
-	Proto   Proto
-	Port    uint16
-	Verdict Verdict
+	Addr      netip.Addr
+	Last      netip.Addr
+	Proto     Proto
+	ProtoLast Proto
+	Port      uint16
+	PortLast  uint16
+	Verdict   Verdict
+}
+
+// protoRange is the element's inclusive protocol range.
+func (e Element) protoRange() (Proto, Proto) {
+	if e.ProtoLast == 0 {
+		return e.Proto, e.Proto
+	}
+	return e.Proto, e.ProtoLast
+}
+
+// portRange is the element's inclusive port range.
+func (e Element) portRange() (uint16, uint16) {
+	if e.PortLast == 0 {
+		return e.Port, e.Port
+	}
+	return e.Port, e.PortLast
+}
+
+// normalize spells each single value of e one way (its end zero), so that
+// elements that encode alike compare equal.
+func (e Element) normalize() Element {
+	if e.Last == e.Addr {
+		e.Last = netip.Addr{}
+	}
+	if e.ProtoLast == e.Proto {
+		e.ProtoLast = 0
+	}
+	if e.PortLast == e.Port {
+		e.PortLast = 0
+	}
+	return e
 }

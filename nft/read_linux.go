@@ -46,6 +46,9 @@ const (
 	nftaBitwiseOp     = 6  // NFTA_BITWISE_OP
 	nftaBitwiseData   = 7  // NFTA_BITWISE_DATA
 	nftaSetElemKeyEnd = 10 // NFTA_SET_ELEM_KEY_END
+	nftaSetDescConcat = 2  // NFTA_SET_DESC_CONCAT
+	nftaSetFieldLen   = 1  // NFTA_SET_FIELD_LEN
+	nftSetConcat      = 0x80
 )
 
 // tableFlags are the flags the applier creates our table with (writer.table
@@ -83,6 +86,9 @@ type kernelSet struct {
 	keyType  uint32
 	keyLen   uint32
 	dataType uint32
+	// fields are the lengths of a concatenation's fields as the set
+	// declares them (NFTA_SET_DESC_CONCAT), nil if it declares none.
+	fields   []uint32
 	elements map[string]int // canonical (see appendCanonElement) → how many
 	count    int
 }
@@ -300,6 +306,23 @@ func (c *Conn) readKernel(name string) (*kernelTable, error) {
 				s.keyLen = u32(data)
 			case unix.NFTA_SET_DATA_TYPE:
 				s.dataType = u32(data)
+			case unix.NFTA_SET_DESC:
+				return walk(data, func(typ uint16, data []byte) error {
+					if typ != nftaSetDescConcat {
+						return nil
+					}
+					return walk(data, func(typ uint16, data []byte) error {
+						if typ != unix.NFTA_LIST_ELEM {
+							return nil
+						}
+						return walk(data, func(typ uint16, data []byte) error {
+							if typ == nftaSetFieldLen {
+								s.fields = append(s.fields, u32(data))
+							}
+							return nil
+						})
+					})
+				})
 			}
 			return nil
 		})
@@ -562,6 +585,9 @@ func attrsOf(attrs ...attr) []byte {
 // encodes it (see appendCanonElement).
 func wantElement(dst []byte, e nftables.SetElement) []byte {
 	attrs := []attr{{unix.NFTA_SET_ELEM_KEY, attrsOf(attr{unix.NFTA_DATA_VALUE, e.Key})}}
+	if len(e.KeyEnd) > 0 {
+		attrs = append(attrs, attr{nftaSetElemKeyEnd, attrsOf(attr{unix.NFTA_DATA_VALUE, e.KeyEnd})})
+	}
 	if e.IntervalEnd {
 		attrs = append(attrs, attr{unix.NFTA_SET_ELEM_FLAGS, binary.BigEndian.AppendUint32(nil, unix.NFT_SET_ELEM_INTERVAL_END)})
 	}
@@ -850,6 +876,13 @@ func setDrift(got *kernelTable, t *Table) (string, error) {
 			flags |= unix.NFT_SET_MAP
 			dataType = unix.NFT_DATA_VERDICT
 		}
+		var fields []uint32
+		if s.protoPortMap() {
+			flags |= nftSetConcat
+			for _, f := range nftables.ConcatSetTypeElements(key) {
+				fields = append(fields, f.Bytes)
+			}
+		}
 		switch {
 		case ks.flags != flags:
 			return fmt.Sprintf("set %s has flags %#x, programmed %#x", s.Name, ks.flags, flags), nil
@@ -857,6 +890,8 @@ func setDrift(got *kernelTable, t *Table) (string, error) {
 			return fmt.Sprintf("set %s has key type %#x of %d bytes, programmed %s", s.Name, ks.keyType, ks.keyLen, key.Name), nil
 		case ks.dataType != dataType:
 			return fmt.Sprintf("set %s has data type %#x, programmed %#x", s.Name, ks.dataType, dataType), nil
+		case !slices.Equal(ks.fields, fields):
+			return fmt.Sprintf("set %s has concatenated fields of %v bytes, programmed %v", s.Name, ks.fields, fields), nil
 		}
 		elems, err := encodeElements(s)
 		if err != nil {
@@ -889,6 +924,10 @@ func describeElement(s *Set, b []byte) string {
 	if k, ok := canonAttr(b, unix.NFTA_SET_ELEM_KEY); ok {
 		key, _ := canonAttr(k, unix.NFTA_DATA_VALUE)
 		out = describeKey(s, key)
+		if k, ok := canonAttr(b, nftaSetElemKeyEnd); ok {
+			end, _ := canonAttr(k, unix.NFTA_DATA_VALUE)
+			out += " - " + describeKey(s, end)
+		}
 	} else {
 		out = "*" // a catch-all element has no key
 	}

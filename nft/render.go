@@ -87,18 +87,48 @@ func keyTypeName(k KeyType) string {
 
 func renderElement(s *Set, e Element) string {
 	switch {
+	case s.protoPortMap():
+		return renderAddrRange(e) + " . " + renderProtoRange(e) + " . " + renderPortRange(e) + " : " + renderVerdict(e.Verdict)
 	case s.Verdict:
 		return e.Addr.String() + " : " + renderVerdict(e.Verdict)
 	case s.Key.Concat():
 		return fmt.Sprintf("%s . %s . %d", e.Addr, e.Proto, e.Port)
-	case s.Interval && e.Last.IsValid() && e.Last != e.Addr:
-		r := netipx.IPRangeFrom(e.Addr, e.Last)
-		if p, ok := r.Prefix(); ok {
-			return p.String()
-		}
-		return e.Addr.String() + "-" + e.Last.String()
+	case s.Interval:
+		return renderAddrRange(e)
 	}
 	return e.Addr.String()
+}
+
+// renderAddrRange prints an element's address range as nft lists it: one
+// address, a prefix when the range is one, else first-last.
+func renderAddrRange(e Element) string {
+	if !e.Last.IsValid() || e.Last == e.Addr {
+		return e.Addr.String()
+	}
+	r := netipx.IPRangeFrom(e.Addr, e.Last)
+	if p, ok := r.Prefix(); ok {
+		return p.String()
+	}
+	return e.Addr.String() + "-" + e.Last.String()
+}
+
+// renderProtoRange prints an element's protocol range: the protocol's
+// name for one, numbers for a range (`6-17`, `0-255`), as nft lists them.
+func renderProtoRange(e Element) string {
+	first, last := e.protoRange()
+	if first == last {
+		return first.String()
+	}
+	return fmt.Sprintf("%d-%d", first, last)
+}
+
+// renderPortRange prints an element's port range: `80` or `80-81`.
+func renderPortRange(e Element) string {
+	first, last := e.portRange()
+	if first == last {
+		return fmt.Sprintf("%d", first)
+	}
+	return fmt.Sprintf("%d-%d", first, last)
 }
 
 func renderChain(b *strings.Builder, c *Chain) {
@@ -159,6 +189,8 @@ func renderExpr(e Expr) string {
 		return fmt.Sprintf("th dport %d-%d", e.First, e.Last)
 	case AddrProtoPortInSet:
 		return fmt.Sprintf("%s %s . meta l4proto . th dport @%s", e.Family.Keyword(), e.Field, e.Set)
+	case AddrProtoPortVmap:
+		return fmt.Sprintf("%s %s . meta l4proto . th dport vmap @%s", e.Family.Keyword(), e.Field, e.Map)
 	case ICMPv6TypeRange:
 		s := fmt.Sprintf("icmpv6 type %d-%d", e.First, e.Last)
 		if e.First == e.Last {

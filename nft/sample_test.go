@@ -26,6 +26,19 @@ func sampleTable() *Table {
 			{Name: "np-v6", Key: KeyIPv6ProtoPort, Elements: []Element{{Addr: a("fd00::1"), Proto: ProtoUDP, Port: 53}}},
 			{Name: "pods-v4", Key: KeyIPv4, Verdict: true, Elements: []Element{{Addr: a("10.0.0.1"), Verdict: Verdict{Kind: Jump, Chain: "pod-x/a"}}}},
 			{Name: "pods-v6", Key: KeyIPv6, Verdict: true},
+			{Name: "ports-v4", Comment: "addr . proto . port", Key: KeyIPv4ProtoPort, Interval: true, Verdict: true, Elements: []Element{
+				{Addr: a("10.0.0.0"), Last: a("10.0.0.255"), Proto: ProtoTCP, Port: 80, PortLast: 81, Verdict: Verdict{Kind: Drop}},
+				{Addr: a("10.0.1.5"), Proto: ProtoUDP, Port: 53, Verdict: Verdict{Kind: Accept}},
+				{Addr: a("10.0.2.0"), Last: a("10.0.2.9"), Proto: ProtoSCTP, Port: 443, Verdict: Verdict{Kind: Return}},
+				{Addr: a("10.0.3.1"), Proto: ProtoICMP, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Goto, Chain: "leaf"}},
+				{Addr: a("10.0.4.0"), Last: a("10.0.4.255"), Proto: ProtoTCP, Port: 22, Verdict: Verdict{Kind: Continue}},
+				{Addr: a("10.1.0.0"), Last: a("10.1.255.255"), Proto: 0, ProtoLast: 255, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Jump, Chain: "leaf"}},
+			}},
+			{Name: "ports-v6", Key: KeyIPv6ProtoPort, Interval: true, Verdict: true, Elements: []Element{
+				{Addr: a("fd00::"), Last: a("fd00::ffff:ffff:ffff:ffff"), Proto: ProtoTCP, Port: 80, PortLast: 81, Verdict: Verdict{Kind: Drop}},
+				{Addr: a("fd00:1::1"), Proto: ProtoUDP, ProtoLast: ProtoUDP, Port: 53, PortLast: 53, Verdict: Verdict{Kind: Accept}},
+				{Addr: a("fd00:2::1"), Last: a("fd00:2::5"), Proto: ProtoICMPv6, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Jump, Chain: "leaf"}},
+			}},
 		},
 		Chains: []*Chain{
 			{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Priority: -1, Policy: Accept}, Rules: []Rule{
@@ -34,6 +47,8 @@ func sampleTable() *Table {
 				{Exprs: []Expr{ICMPv6TypeRange{First: 128, Last: 128}, Verdict{Kind: Accept}}},
 				{Exprs: []Expr{AddrVmap{Family: IPv4, Field: Daddr, Map: "pods-v4"}}},
 				{Exprs: []Expr{AddrVmap{Family: IPv6, Field: Saddr, Map: "pods-v6"}}},
+				{Exprs: []Expr{AddrProtoPortVmap{Family: IPv4, Field: Saddr, Map: "ports-v4"}}},
+				{Exprs: []Expr{AddrProtoPortVmap{Family: IPv6, Field: Daddr, Map: "ports-v6"}}, Comment: "ports"},
 			}},
 			{Name: "pod-x/a", Rules: []Rule{
 				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, Verdict{Kind: Return}}},

@@ -3,14 +3,21 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // A Packet is what Trace needs to know of a packet.
 type Packet struct {
 	Src, Dst netip.Addr
 	Proto    Proto
-	Dport    uint16 // ignored for protocols without ports
-	ICMPType uint8  // for ICMP and ICMPv6
+	// Dport is the destination port, ignored by port matches for
+	// protocols without ports. An address . protocol . port map lookup
+	// (AddrProtoPortVmap) reads it for every protocol, as `th dport`
+	// reads bytes 2-3 of any transport header: for a protocol without
+	// ports it stands for those bytes (ICMP's checksum), 0 if unknown;
+	// Set.Validate makes sure it decides nothing there.
+	Dport    uint16
+	ICMPType uint8 // for ICMP and ICMPv6
 	// HopLimit is the IPv6 hop limit as the forward hook sees it: 255 only
 	// for a packet that was not routed (neighbour discovery on a bridge),
 	// since routing decrements it first.
@@ -78,6 +85,10 @@ func (tr *tracer) run(c *Chain, depth int) (VerdictKind, error) {
 // Return ends the chain; Accept and Drop end evaluation.
 func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 	p := &tr.p
+	hit := func(v Verdict) (VerdictKind, error) {
+		tr.path = append(tr.path, c.Name+": "+RenderRule(r)+" -> "+renderVerdict(v))
+		return tr.verdict(c, v, depth)
+	}
 	for _, e := range r.Exprs {
 		if ok, isMatch := tr.match(e); isMatch {
 			if !ok {
@@ -94,13 +105,26 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			if s == nil {
 				return "", fmt.Errorf("trace: chain %s: no map %s", c.Name, e.Map)
 			}
-			for _, el := range s.Elements {
-				if el.Addr == tr.addr(e.Field) {
-					tr.path = append(tr.path, c.Name+": "+RenderRule(r)+" -> "+renderVerdict(el.Verdict))
-					return tr.verdict(c, el.Verdict, depth)
-				}
+			i := slices.IndexFunc(s.Elements, func(el Element) bool { return el.Addr == tr.addr(e.Field) })
+			switch {
+			case i < 0:
+				return "", nil // a miss ends the rule
+			case s.Elements[i].Verdict.Kind == Continue:
+				continue // the rule goes on
 			}
-			return "", nil
+			return hit(s.Elements[i].Verdict)
+		case AddrProtoPortVmap:
+			el, ok, err := tr.protoPortLookup(e)
+			if err != nil {
+				return "", fmt.Errorf("trace: chain %s: %w", c.Name, err)
+			}
+			if !ok {
+				return "", nil // a miss ends the rule
+			}
+			if el.Verdict.Kind == Continue {
+				continue // the rule goes on
+			}
+			return hit(el.Verdict)
 		case SetMark:
 			p.Mark = p.Mark&^(e.Clear|e.Set) | e.Set
 		case Counter:
@@ -108,6 +132,9 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 		case Log:
 			// Logs; the packet goes on.
 		case Verdict:
+			if e.Kind == Continue {
+				continue // the rule goes on, to its end and the next rule
+			}
 			tr.path = append(tr.path, c.Name+": "+RenderRule(r))
 			return tr.verdict(c, e, depth)
 		default:
@@ -186,6 +213,33 @@ func (tr *tracer) addr(f AddrField) netip.Addr {
 }
 
 func (tr *tracer) inFamily(f IPFamily) bool { return FamilyOf(tr.p.Src) == f }
+
+// protoPortLookup finds the element of an address . protocol . port
+// interval map whose three ranges hold the packet's address, protocol and
+// Dport, as the kernel's lookup does. Validate leaves at most one; in a
+// map it did not check, the first in order wins. A packet of another
+// family misses.
+func (tr *tracer) protoPortLookup(e AddrProtoPortVmap) (Element, bool, error) {
+	s := tr.sets[e.Map]
+	if s == nil {
+		return Element{}, false, fmt.Errorf("no map %s", e.Map)
+	}
+	if !s.protoPortMap() || s.Key.Family() != e.Family {
+		return Element{}, false, fmt.Errorf("map %s is no %s address . protocol . port interval map", e.Map, e.Family.Keyword())
+	}
+	if !tr.inFamily(e.Family) {
+		return Element{}, false, nil
+	}
+	a, p := tr.addr(e.Field), tr.p
+	for _, el := range s.Elements {
+		p0, p1 := el.protoRange()
+		q0, q1 := el.portRange()
+		if addrRangeOf(el).Contains(a) && p.Proto >= p0 && p.Proto <= p1 && p.Dport >= q0 && p.Dport <= q1 {
+			return el, true, nil
+		}
+	}
+	return Element{}, false, nil
+}
 
 func (tr *tracer) lookup(name string, a netip.Addr, proto Proto, port uint16) bool {
 	s := tr.sets[name]

@@ -46,6 +46,14 @@ func (x *Tracer) Trace(hookChain string, p Packet) (TraceResult, error) {
 // which is not run. A trace stops at the first rule that decides; this
 // answers for any rule, which is how `nftpolicy explain` lists every rule
 // that allows a connection, not just the first.
+//
+// An address . protocol . port map lookup (AddrProtoPortVmap) stands for
+// the chain of first-match rules it replaces, so it counts as a match: p
+// matches it when the map holds an element for p whose verdict is not
+// `continue` (the verdict is not applied; LookupProtoPort tells which);
+// a miss is no match. After a `continue` element the rule's next
+// expressions decide. An address-keyed map (AddrVmap) is a statement, as
+// ever: the rule matches there.
 func (x *Tracer) Matches(chain string, i int, p Packet) (bool, error) {
 	c, ok := x.chains[chain]
 	if !ok || i < 0 || i >= len(c.Rules) {
@@ -53,6 +61,16 @@ func (x *Tracer) Matches(chain string, i int, p Packet) (bool, error) {
 	}
 	tr := &tracer{chains: x.chains, sets: x.sets, p: p}
 	for _, e := range c.Rules[i].Exprs {
+		if m, isMap := e.(AddrProtoPortVmap); isMap {
+			el, hit, err := tr.protoPortLookup(m)
+			if err != nil {
+				return false, fmt.Errorf("trace: chain %s rule %d: %w", chain, i, err)
+			}
+			if !hit || el.Verdict.Kind != Continue {
+				return hit, nil
+			}
+			continue
+		}
 		ok, isMatch := tr.match(e)
 		if !isMatch {
 			return true, nil
@@ -62,4 +80,16 @@ func (x *Tracer) Matches(chain string, i int, p Packet) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// LookupProtoPort returns the element the lookup e finds for p in its
+// address . protocol . port map, as Trace would find it, and false on a
+// miss (a packet of another family included).
+func (x *Tracer) LookupProtoPort(e AddrProtoPortVmap, p Packet) (Element, bool, error) {
+	tr := &tracer{chains: x.chains, sets: x.sets, p: p}
+	el, ok, err := tr.protoPortLookup(e)
+	if err != nil {
+		return Element{}, false, fmt.Errorf("trace: %w", err)
+	}
+	return el, ok, nil
 }

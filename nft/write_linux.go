@@ -171,6 +171,13 @@ func (c *Conn) Delete(family Family, name string) error {
 // writeTable queues every chain, set and rule of t into a table that the
 // batch has just (re)created.
 func (b *writer) writeTable(t *Table) error {
+	// Each set is validated as it is added; here, before anything is
+	// queued, that each lookup's set has the key the lookup loads, which
+	// the kernel does not check. A jump to a missing chain is left to the
+	// kernel's ENOENT.
+	if err := t.validateRefs(false); err != nil {
+		return err
+	}
 	for _, ch := range t.Chains {
 		if err := b.addChain(ch); err != nil {
 			return err
@@ -212,6 +219,8 @@ func (b *writer) writeDelta(d *Delta, new *Table) error {
 						needed[e.Map] = true
 					case AddrProtoPortInSet:
 						needed[e.Set] = true
+					case AddrProtoPortVmap:
+						needed[e.Map] = true
 					}
 				}
 			}
@@ -219,7 +228,7 @@ func (b *writer) writeDelta(d *Delta, new *Table) error {
 	}
 	for _, s := range new.Sets {
 		if needed[s.Name] {
-			b.sets[s.Name] = &nftables.Set{Table: b.table, Name: s.Name, KeyType: keyDatatype(s.Key), IsMap: s.Verdict, Interval: s.Interval}
+			b.sets[s.Name] = &nftables.Set{Table: b.table, Name: s.Name, KeyType: keyDatatype(s.Key), IsMap: s.Verdict, Interval: s.Interval, Concatenation: s.protoPortMap()}
 		}
 	}
 	for _, ch := range d.AddChains {
@@ -317,6 +326,10 @@ func (b *writer) addSet(s *Set) error {
 		Interval:     s.Interval,
 		KeyByteOrder: binaryutil.BigEndian,
 		KeyType:      keyDatatype(s.Key),
+		// An interval concatenation is flagged, and its fields' lengths
+		// declared (NFTA_SET_DESC_CONCAT), as nft does: the kernel picks
+		// its pipapo set by them. Hash concatenations stay as they were.
+		Concatenation: s.protoPortMap(),
 	}
 	if s.Verdict {
 		ns.IsMap = true
