@@ -1,0 +1,313 @@
+// Command vmap measures what one address . protocol . port verdict map
+// lookup costs a packet, against the chain of first-match rules it
+// replaces. A sender pod floods a receiver pod on the same node with one
+// unanswered UDP flow through the node's forward hook (as hack/bench/pps
+// does); an nft counter in the receiver counts what arrives. Variants,
+// interleaved in every round, each a table on the forward hook:
+//
+//   - empty: the base chain alone, policy accept;
+//   - chain-N: N rules `ip saddr @peers meta l4proto udp th dport X drop`,
+//     X = 10000..10000+N-1, none of which matches the flood (its source is
+//     in @peers, its protocol is UDP, its port is none of them: each rule
+//     runs to its port compare, the worst miss);
+//   - vmap-N: one rule `ip saddr . meta l4proto . th dport vmap @m`, m
+//     holding for each of @peers' ranges and each X `range . udp . X :
+//     drop`: the same decision for every packet, one lookup.
+//
+// @peers holds 10 ranges, one of them the sender's, so vmap-N's map holds
+// 10·N elements. N is 10 and 100 by default (-n).
+//
+// It prints packets per second as ratios only: each variant against
+// empty, and vmap-N against chain-N, medians of the per-round ratios.
+//
+// Run as root: go run ./hack/bench/vmap [-rounds 5] [-seconds 2] [-n 10,100]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nftpolicy/nftpolicy/internal/netns"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+const (
+	floodPort = 9999
+	table     = "vmapbench"
+	firstPort = 10000
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "flood" {
+		os.Exit(flood(os.Args[2:]))
+	}
+	os.Exit(run())
+}
+
+// flood sends 64-byte UDP datagrams to ADDR:PORT for SECONDS from one
+// socket (one flow) and prints how many went.
+func flood(args []string) int {
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: vmap flood ADDR:PORT SECONDS")
+		return 2
+	}
+	secs, _ := strconv.ParseFloat(args[1], 64)
+	conn, err := net.Dial("udp", args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	payload := make([]byte, 64)
+	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	sent := 0
+	for time.Now().Before(deadline) {
+		for range 256 {
+			if _, err := conn.Write(payload); err == nil {
+				sent++
+			}
+		}
+	}
+	fmt.Println(sent)
+	return 0
+}
+
+func run() int {
+	rounds := flag.Int("rounds", 5, "measured rounds, after one warm-up round")
+	seconds := flag.Float64("seconds", 2, "flood duration of one measurement")
+	settle := flag.Duration("settle", 500*time.Millisecond, "pause between programming a variant and flooding")
+	sizes := flag.String("n", "10,100", "rule counts N, comma-separated")
+	flag.Parse()
+	var ns []int
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 50000 {
+			fmt.Fprintf(os.Stderr, "bad -n %q\n", f)
+			return 2
+		}
+		ns = append(ns, n)
+	}
+
+	c, err := netns.NewCluster(netns.Options{Name: "vmapbench", IPv4: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	node, err := c.AddNode("node-1")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	src, err1 := c.AddPod(node, "bench", "src")
+	dst, err2 := c.AddPod(node, "bench", "dst")
+	if err := firstErr(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if out, err := dst.ExecInput([]byte(fmt.Sprintf(`table inet bench {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		udp dport %d counter drop
+	}
+}
+`, floodPort)), "nft", "-f", "-"); err != nil {
+		fmt.Fprintf(os.Stderr, "receiver counter: %v\n%s", err, out)
+		return 1
+	}
+	conn, err := nft.Open(node.NetnsPath())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer conn.Close()
+
+	type variant struct {
+		name  string
+		table *nft.Table
+	}
+	peers := peerRanges(src.IPv4())
+	variants := []variant{{"empty", base(nil)}}
+	for _, n := range ns {
+		variants = append(variants,
+			variant{fmt.Sprintf("chain-%d", n), chainTable(peers, n)},
+			variant{fmt.Sprintf("vmap-%d", n), vmapTable(peers, n)})
+	}
+	// The tracer agrees that every variant lets the flood through.
+	for _, v := range variants {
+		if err := v.table.Validate(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", v.name, err)
+			return 1
+		}
+		res, err := nft.Trace(v.table, "filter-forward", nft.Packet{Src: src.IPv4(), Dst: dst.IPv4(), Proto: nft.ProtoUDP, Dport: floodPort})
+		if err != nil || res.Verdict != nft.Accept {
+			fmt.Fprintf(os.Stderr, "%s: the flood would not pass: %+v, %v\n", v.name, res, err)
+			return 1
+		}
+	}
+
+	pps := map[string][]float64{}
+	for round := 0; round <= *rounds; round++ {
+		for _, v := range variants {
+			if err := conn.Delete(nft.FamilyInet, table); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			if _, err := conn.Apply(v.table); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", v.name, err)
+				return 1
+			}
+			time.Sleep(*settle)
+			got, err := measure(src, dst, *seconds)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", v.name, err)
+				return 1
+			}
+			if round > 0 { // round 0 warms up
+				pps[v.name] = append(pps[v.name], got)
+			}
+		}
+	}
+	conn.Delete(nft.FamilyInet, table)
+
+	ratio := func(a, b string) float64 {
+		r := make([]float64, len(pps[a]))
+		for i := range r {
+			r[i] = pps[a][i] / pps[b][i]
+		}
+		return median(r)
+	}
+	fmt.Printf("one unanswered UDP flow through the forward hook, %d rounds of %.0fs after a warm-up; medians of per-round ratios\n", *rounds, *seconds)
+	fmt.Printf("%-12s %14s\n", "variant", "pps vs empty")
+	for _, v := range variants[1:] {
+		fmt.Printf("%-12s %13.3fx\n", v.name, ratio(v.name, "empty"))
+	}
+	fmt.Printf("\n%-12s %-12s %14s\n", "variant", "against", "pps ratio")
+	for _, n := range ns {
+		fmt.Printf("%-12s %-12s %13.3fx\n", fmt.Sprintf("vmap-%d", n), fmt.Sprintf("chain-%d", n), ratio(fmt.Sprintf("vmap-%d", n), fmt.Sprintf("chain-%d", n)))
+	}
+	return 0
+}
+
+// peerRanges are ten disjoint /24 ranges, the third the sender's.
+func peerRanges(sender netip.Addr) []netip.Prefix {
+	p := netip.PrefixFrom(sender, 24).Masked()
+	var out []netip.Prefix
+	for i := range 10 {
+		b := p.Addr().As4()
+		b[1] += byte(i - 2) // neighbouring /16s, one of them the sender's
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4(b), 24))
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out
+}
+
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Addr().As4()
+	b[3] = 255
+	return netip.AddrFrom4(b)
+}
+
+func base(rules []nft.Rule) *nft.Table {
+	return &nft.Table{Family: nft.FamilyInet, Name: table, Chains: []*nft.Chain{{
+		Name:  "filter-forward",
+		Hook:  &nft.Hook{Type: "filter", Hook: "forward", Priority: -5, Policy: nft.Accept},
+		Rules: rules,
+	}}}
+}
+
+// chainTable: n rules `ip saddr @peers meta l4proto udp th dport X drop`.
+func chainTable(peers []netip.Prefix, n int) *nft.Table {
+	set := &nft.Set{Name: "peers", Key: nft.KeyIPv4, Interval: true}
+	for _, p := range peers {
+		set.Elements = append(set.Elements, nft.Element{Addr: p.Addr(), Last: lastOf(p)})
+	}
+	var rules []nft.Rule
+	for i := range n {
+		rules = append(rules, nft.Rule{Exprs: []nft.Expr{
+			nft.AddrInSet{Family: nft.IPv4, Field: nft.Saddr, Set: "peers"},
+			nft.L4ProtoEq{Proto: nft.ProtoUDP},
+			nft.DportRange{First: uint16(firstPort + i), Last: uint16(firstPort + i)},
+			nft.Verdict{Kind: nft.Drop},
+		}})
+	}
+	t := base(rules)
+	t.Sets = []*nft.Set{set}
+	return t
+}
+
+// vmapTable: `ip saddr . meta l4proto . th dport vmap @m`, m holding
+// `peer . udp . X : drop` for every peer range and X.
+func vmapTable(peers []netip.Prefix, n int) *nft.Table {
+	m := &nft.Set{Name: "m", Key: nft.KeyIPv4ProtoPort, Interval: true, Verdict: true}
+	for _, p := range peers {
+		for i := range n {
+			m.Elements = append(m.Elements, nft.Element{Addr: p.Addr(), Last: lastOf(p), Proto: nft.ProtoUDP,
+				Port: uint16(firstPort + i), Verdict: nft.Verdict{Kind: nft.Drop}})
+		}
+	}
+	t := base([]nft.Rule{{Exprs: []nft.Expr{nft.AddrProtoPortVmap{Family: nft.IPv4, Field: nft.Saddr, Map: "m"}}}})
+	t.Sets = []*nft.Set{m}
+	return t
+}
+
+func measure(src, dst *netns.Pod, seconds float64) (float64, error) {
+	before, err := received(dst)
+	if err != nil {
+		return 0, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	target := netip.AddrPortFrom(dst.IPv4(), floodPort).String()
+	out, err := exec.Command("ip", "netns", "exec", src.NetnsName(), self, "flood", target, fmt.Sprint(seconds)).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("flood: %v: %s", err, out)
+	}
+	after, err := received(dst)
+	if err != nil {
+		return 0, err
+	}
+	return float64(after-before) / seconds, nil
+}
+
+var counterRE = regexp.MustCompile(`counter packets (\d+)`)
+
+func received(dst *netns.Pod) (int, error) {
+	out, err := dst.Exec("nft", "list", "table", "inet", "bench")
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, out)
+	}
+	m := counterRE.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no counter in %s", out)
+	}
+	return strconv.Atoi(string(m[1]))
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
