@@ -34,7 +34,7 @@ func TestWatchDirReportsContentChanges(t *testing.T) {
 	write(ns("a"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	updates := WatchDir(ctx, dir, 10*time.Millisecond)
+	updates := WatchDir(ctx, dir, 10*time.Millisecond, time.Hour)
 
 	next := func() DirUpdate {
 		t.Helper()
@@ -258,12 +258,14 @@ func TestWatchDirRepeatsErrorsWithBackoff(t *testing.T) {
 
 func TestWatchDirRefusesNonPositiveInterval(t *testing.T) {
 	for _, interval := range []time.Duration{0, -time.Second} {
-		var got []DirUpdate
-		for u := range WatchDir(context.Background(), t.TempDir(), interval) {
-			got = append(got, u)
-		}
-		if len(got) != 1 || got[0].Err == nil || !strings.Contains(got[0].Err.Error(), "not positive") {
-			t.Errorf("interval %v: %+v, want one update with an error", interval, got)
+		for _, args := range [][2]time.Duration{{interval, time.Second}, {time.Second, interval}} {
+			var got []DirUpdate
+			for u := range WatchDir(context.Background(), t.TempDir(), args[0], args[1]) {
+				got = append(got, u)
+			}
+			if len(got) != 1 || got[0].Err == nil || !strings.Contains(got[0].Err.Error(), "not positive") {
+				t.Errorf("interval, rescan %v: %+v, want one update with an error", args, got)
+			}
 		}
 	}
 }

@@ -21,6 +21,7 @@ func TestFlagValues(t *testing.T) {
 		{"defaults", "run", nil, ""},
 		{"poll zero", "run", []string{"--poll", "0"}, "--poll 0s: want a positive duration"},
 		{"poll negative", "run", []string{"--poll", "-1s"}, "--poll -1s: want a positive duration"},
+		{"rescan zero", "run", []string{"--rescan", "0"}, "--rescan 0s: want a positive duration"},
 		{"debounce zero", "run", []string{"--debounce", "0"}, ""},
 		{"debounce negative", "run", []string{"--debounce", "-5ms"}, "--debounce -5ms: want a zero or positive duration"},
 		{"max-delay negative", "run", []string{"--max-delay", "-1s"}, "--max-delay -1s"},

@@ -300,8 +300,10 @@ func checkSnapshots(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 //     restored, and dropping every policy opens every pod, so without
 //     --allow-empty such a load is treated like an empty one: the last
 //     programmed state stays and the daemon is not ready until a policy
-//     comes back. A restore faster than two polls is not seen as one; a
-//     restart has nothing to compare with.
+//     comes back. A restore whose files all arrive within one --poll
+//     interval of each other is not seen as one (k8s.WatchDir loads
+//     changes together once they have all settled); a restart has nothing
+//     to compare with.
 //   - Objects rejected or duplicated (k8s.ObjectError that is not a
 //     Warning) make the daemon not ready, naming the first few: what is
 //     enforced (the rest, and the last good versions WatchDir keeps) is not
@@ -411,10 +413,14 @@ func watchManifests(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 				return false
 			}
 		}
-		updates := k8s.WatchDir(ctx, cfg.manifests, cfg.poll)
+		updates := k8s.WatchDir(ctx, cfg.manifests, cfg.poll, cfg.rescan)
 		for {
 			select {
 			case u, ok := <-updates:
+				if ok && u.Polling != nil {
+					log.Warn("the manifests directory is polled, not watched: a change takes up to two --poll intervals to load",
+						zap.String("dir", cfg.manifests), zap.Duration("poll", cfg.poll), k8s.ErrorField(u.Polling))
+				}
 				if !ok || !handle(u) {
 					return
 				}
