@@ -178,14 +178,20 @@
 //
 // # Watching a directory
 //
-// WatchDir polls a directory and sends a snapshot when its content changes,
-// once two consecutive polls read the same bytes, so that a file caught
-// while it is written is not programmed: a YAML file cut short after
-// "from:" is a valid policy whose null from list allows every peer. Writers
-// should still replace files atomically: write the new content to a
-// temporary name in the same directory that is not read (a dot name such as
-// .policies.yaml.tmp, or another extension), then rename it over the old
-// file. A mounted ConfigMap is updated this way.
+// WatchDir follows a directory with inotify and sends a snapshot when its
+// content changes, never with a file caught while it is written: a YAML
+// file cut short after "from:" is a valid policy whose null from list
+// allows every peer. Writers should replace files atomically: write the new
+// content to a temporary name in the same directory that is not read (a
+// dot name such as .policies.yaml.tmp, or another extension), then rename
+// it over the old file; such a file is read twice alike and loaded at once.
+// A mounted ConfigMap is updated this way, by swapping its ..data link. A
+// file written in place is loaded once it was closed after its last write
+// and left untouched for one poll interval, which is what the two-poll rule
+// of the polling days guaranteed. A slow rescan reads every file for what
+// inotify does not report (another machine writing a network filesystem, a
+// link into another directory, an overflowing event queue); where inotify
+// cannot be set up, WatchDir polls as it always did.
 //
 // State is kept per file: a removed file drops its objects, and a file that
 // can no longer be read (a dangling link, a link loop, no permission, a

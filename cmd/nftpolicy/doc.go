@@ -5,7 +5,7 @@
 // # Commands
 //
 //	nftpolicy apply   [--manifests DIR | --kubeconfig FILE] [--node NAME] [--netns NAME|PATH] [--priority auto|N] [--mark-mask 0xM] [--allow-empty]
-//	nftpolicy run     (the flags of apply) [--health-addr ADDR] [--poll D] [--debounce D] [--max-delay D] [--drift-check D]
+//	nftpolicy run     (the flags of apply) [--health-addr ADDR] [--poll D] [--rescan D] [--debounce D] [--max-delay D] [--drift-check D]
 //	nftpolicy dump    (the flags of apply): print the ruleset as nft text, touching nothing
 //	nftpolicy cleanup [--netns NAME|PATH]: delete table inet nftpolicy
 //	nftpolicy version
@@ -25,7 +25,7 @@
 //     objects and no --allow-empty, missing namespace, refused batch);
 //   - 2: bad flags, including a --mark-mask that overlaps a known
 //     component's bits without --allow-mark-overlap, and a non-positive
-//     --poll or negative duration;
+//     --poll or --rescan, or a negative duration;
 //   - 3: the ruleset was programmed but something was left out: manifest
 //     objects that fail validation or are duplicates that differ, parts the
 //     compiler skipped, or a --node that no Node and no pod names. The last
@@ -35,9 +35,12 @@
 //
 // dump prints the ruleset and exits with the same codes.
 //
-// run does the same and then follows the source, re-applying within
-// --poll + --debounce of a change (a change of the directory is loaded
-// once two polls in a row read it alike). /readyz on --health-addr
+// run does the same and then follows the source. The directory is watched
+// with inotify (k8s.WatchDir): a file renamed into it is loaded at once; a
+// file written in place once it was closed and untouched for --poll; what
+// no event reports, by a read of every file each --rescan, once a read
+// --poll later agrees. Where inotify cannot be set up the directory is
+// polled every --poll, as the log says once. /readyz on --health-addr
 // answers 200 "synced generation N" once the current manifests are
 // programmed, and 503 with one reason per line otherwise: a sync that
 // failed, a file or directory that cannot be read or parsed (its last good
