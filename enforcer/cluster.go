@@ -103,14 +103,45 @@ func clusterOrder(a, b *clusterPolicyState) int {
 // this node that the same policies select: their rules in order, inline.
 // Pods selected alike share it, so a namespace-wide guardrail is one
 // chain, not one per pod.
+//
+// It is one chain per family: a rule matching one family's peer set is
+// in that family's chain, one matching any address in both, so that a
+// packet walks the rules of its own family alone. A family without rules
+// has no chain.
 type clusterGroup struct {
 	key     string
 	tier    string
 	dir     direction
 	members []*clusterPolicyState
-	chain   *nft.Chain
-	refs    []ClusterRuleRef // the spec rule of each chain rule
-	accepts bool             // some rule accepts: the pod chain checks our bit after it
+	chains  []*nft.Chain                // by family, as families lists them; nil for none
+	refs    map[string][]ClusterRuleRef // by chain name: the spec rule of each chain rule
+	accepts bool                        // some rule accepts: the pod chain checks our bit after it
+}
+
+// enter is how a pod chain enters the group: a jump (or goto) to the
+// chain of each family, taken by the packets of that family.
+func (g *clusterGroup) enter(kind nft.VerdictKind, comment string) []nft.Rule {
+	var out []nft.Rule
+	for i, f := range families {
+		if ch := g.chains[i]; ch != nil {
+			out = append(out, nft.Rule{Exprs: []nft.Expr{nft.NfprotoEq{Family: f}, nft.Verdict{Kind: kind, Chain: ch.Name}}, Comment: comment})
+		}
+	}
+	return out
+}
+
+// ruleFamily is the family of a tier rule's peer or named-port set; ok is
+// false for a rule that matches any address.
+func ruleFamily(r nft.Rule) (f nft.IPFamily, ok bool) {
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case nft.AddrInSet:
+			return e.Family, true
+		case nft.AddrProtoPortInSet:
+			return e.Family, true
+		}
+	}
+	return 0, false
 }
 
 // podTiers are the groups a pod of this node is judged by in one direction.
@@ -536,9 +567,21 @@ func (c *Compiler) subjects(p *clusterPolicyState, pd *pod) bool {
 // namespace selector reads them. Such a pod is judged by p's Deny rules
 // alone: left out, it would escape them; judged by its Accept or Pass
 // rules, it could be let through or past the Admin tier's later Denies.
+//
+// A quarantined pod, whose own labels are not known, may be the subject
+// of any policy whose namespace selector may select its namespace. On
+// the forward hook it is isolated with nothing allowed anyway; the Deny
+// rules matter for its connections to its own node (node.go), which
+// NetworkPolicy would allow.
 func (c *Compiler) mayBeSubject(p *clusterPolicyState, pd *pod) bool {
-	return p.subjectNS != nil && c.quarantinedNS[pd.namespace] && pd.matchedBy(p.subjectPods) &&
-		c.namespaceView(pd.namespace).mayBeSelectedBy(p.subjectNS, pd.namespace)
+	if p.subjectNS == nil {
+		return false
+	}
+	ns := c.namespaceView(pd.namespace)
+	if pd.quarantined {
+		return ns.mayBeSelectedBy(p.subjectNS, pd.namespace)
+	}
+	return c.quarantinedNS[pd.namespace] && pd.matchedBy(p.subjectPods) && ns.mayBeSelectedBy(p.subjectNS, pd.namespace)
 }
 
 // refreshCluster re-selects the subjects of every ClusterNetworkPolicy
@@ -602,7 +645,11 @@ func (c *Compiler) refreshCluster(ch *changes) {
 	}
 	for key, g := range c.groups {
 		if want[key] != g {
-			c.dropChain(g.chain.Name)
+			for _, ch := range g.chains {
+				if ch != nil {
+					c.dropChain(ch.Name)
+				}
+			}
 			if want[key] == nil {
 				c.chainNames.release(key)
 			}
@@ -610,7 +657,11 @@ func (c *Compiler) refreshCluster(ch *changes) {
 	}
 	for key, g := range want {
 		if c.groups[key] != g {
-			c.putChain(clusterSortKey(g), g.chain)
+			for _, ch := range g.chains {
+				if ch != nil {
+					c.putChain(clusterSortKey(g)+ch.Name, ch)
+				}
+			}
 		}
 	}
 	c.groups = want
@@ -645,21 +696,32 @@ func (c *Compiler) clusterGroupFor(want map[string]*clusterGroup, tier string, d
 	if c.groups[key] == nil {
 		c.chainNames.acquire(key, func(hash string) string { return tier + "-" + d.name + "-" + hash })
 	}
-	g := &clusterGroup{key: key, tier: tier, dir: d, members: members}
-	g.chain = &nft.Chain{Name: c.chainNames.name(key)}
-	for _, m := range members {
-		g.chain.Rules = append(g.chain.Rules, m.rules[d.name]...)
-		g.refs = append(g.refs, m.refs[d.name]...)
-	}
-	for _, r := range g.refs {
-		g.accepts = g.accepts || r.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionAccept)
-	}
-	if len(g.chain.Rules) > 0 {
+	g := &clusterGroup{key: key, tier: tier, dir: d, members: members, chains: make([]*nft.Chain, len(families)), refs: map[string][]ClusterRuleRef{}}
+	base := c.chainNames.name(key)
+	for i, f := range families {
+		ch := &nft.Chain{Name: base + "-" + familySuffix(f)}
+		var refs []ClusterRuleRef
+		for _, m := range members {
+			for j, r := range m.rules[d.name] {
+				if rf, ok := ruleFamily(r); ok && rf != f {
+					continue
+				}
+				ch.Rules = append(ch.Rules, r)
+				refs = append(refs, m.refs[d.name][j])
+			}
+		}
+		if len(ch.Rules) == 0 {
+			continue
+		}
+		for _, r := range refs {
+			g.accepts = g.accepts || r.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionAccept)
+		}
 		// The first rule says whom the chain serves, for `nft list`.
-		first := g.chain.Rules[0]
+		first := ch.Rules[0]
 		first.Comment = truncateComment(fmt.Sprintf("%s tier, %s, for the pods selected by %s; %s", tier, d.name, strings.Join(names, ", "), first.Comment))
-		g.chain.Rules = slices.Clone(g.chain.Rules)
-		g.chain.Rules[0] = first
+		ch.Rules[0] = first
+		g.chains[i] = ch
+		g.refs[ch.Name] = refs
 	}
 	want[key] = g
 	return g

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/k8s"
@@ -350,8 +351,9 @@ func TestClusterPolicySharesTierChains(t *testing.T) {
 			tierChains = append(tierChains, ch.Name)
 		}
 	}
-	if len(tierChains) != 2 || !strings.HasPrefix(tierChains[0], "admin-ingress-") || !strings.HasPrefix(tierChains[1], "baseline-egress-") {
-		t.Errorf("tier chains %v, want one admin-ingress and one baseline-egress", tierChains)
+	if len(tierChains) != 4 || !strings.HasPrefix(tierChains[0], "admin-ingress-") || !strings.HasSuffix(tierChains[1], "-v6") ||
+		!strings.HasPrefix(tierChains[2], "baseline-egress-") || !strings.HasSuffix(tierChains[3], "-v6") {
+		t.Errorf("tier chains %v, want one admin-ingress and one baseline-egress, each one per family", tierChains)
 	}
 	addr := netip.MustParseAddr("10.0.3.1")
 	for _, s := range table.Sets {
@@ -447,9 +449,16 @@ func TestClusterPolicyOwnNode(t *testing.T) {
 		{"baseline deny, NetworkPolicy isolating x", withCluster(withNode(cluster(policy("x", "deny-egress", denyEgress))),
 			baseline("no-nodes", 1, subjectNS(), cnpOut(cnpDeny, to(nodes)))),
 			map[string]bool{"x/a": true, "y/a": false}},
+		{"a quarantined pod is judged by the Denies that may be its", func() *k8s.Snapshot {
+			s := withCluster(withNode(cluster()), admin("no-nodes", 1, subjectPod("x", "a"), cnpOut(cnpDeny, to(nodes))),
+				admin("accept-nodes", 0, subjectNS("x"), cnpOut(cnpAccept, to(nodes))))
+			s.Quarantined = []ktypes.NamespacedName{{Namespace: "x", Name: "b"}}
+			return s
+		}(), map[string]bool{"x/a": true, "x/b": false, "y/a": true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			table, problems := Compile(tc.snap, Options{Node: testNode})
+			c := NewCompiler(Options{Node: testNode})
+			table, problems := c.Compile(tc.snap, DefaultPriority)
 			if len(problems) > 0 {
 				t.Fatal(problems)
 			}
@@ -461,6 +470,14 @@ func TestClusterPolicyOwnNode(t *testing.T) {
 				}
 				if got := res.Verdict == nft.Accept; got != want {
 					t.Errorf("%s → its node: allowed=%v, want %v\n%s", pod, got, want, strings.Join(res.Path, "\n"))
+				}
+				// explain traces the input hook, and says why.
+				x, err := c.Explain(table, pkt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if x.Verdict != res.Verdict || (x.Egress != nil && x.Egress.Allowed() != want) || !strings.Contains(x.String(), "(this node)") {
+					t.Errorf("%s → its node: explanation disagrees with the table (%s):\n%s", pod, res.Verdict, x)
 				}
 			}
 		})

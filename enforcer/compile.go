@@ -568,10 +568,7 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		selfRules = nil
 	}
 	if tiers.admin != nil {
-		ch.Rules = append(ch.Rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: tiers.admin.chain.Name}},
-			Comment: "the admin tier first",
-		})
+		ch.Rules = append(ch.Rules, tiers.admin.enter(nft.Jump, "the admin tier first")...)
 		if tiers.admin.accepts {
 			ch.Rules = append(ch.Rules, nft.Rule{
 				Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
@@ -581,10 +578,7 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 	}
 	if len(policyChains) == 0 && !pd.quarantined {
 		if tiers.baseline != nil {
-			ch.Rules = append(ch.Rules, nft.Rule{
-				Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Goto, Chain: tiers.baseline.chain.Name}},
-				Comment: "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed",
-			})
+			ch.Rules = append(ch.Rules, tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed")...)
 		}
 		return ch
 	}

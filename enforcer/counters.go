@@ -89,11 +89,13 @@ func (c *Compiler) countedRules() map[string][]CountKey {
 	}
 	out := make(map[string][]CountKey, len(c.groups))
 	for _, g := range c.groups {
-		keys := make([]CountKey, len(g.refs))
-		for i, r := range g.refs {
-			keys[i] = CountKey{Policy: r.Policy, Direction: r.Direction, Tier: r.Tier, Rule: r.Rule, Action: r.Action}
+		for name, refs := range g.refs {
+			keys := make([]CountKey, len(refs))
+			for i, r := range refs {
+				keys[i] = CountKey{Policy: r.Policy, Direction: r.Direction, Tier: r.Tier, Rule: r.Rule, Action: r.Action}
+			}
+			out[name] = keys
 		}
-		out[g.chain.Name] = keys
 	}
 	return out
 }

@@ -35,6 +35,8 @@ type Endpoint struct {
 	Addr  netip.Addr
 	Pod   string // "namespace/name"; "" when no pod taking part has Addr
 	Local bool   // the pod is on this node
+	// OwnNode: the address is this node's (its Node's status gives it).
+	OwnNode bool
 	// Node is the pod's node, when the caller knows it (the compiler
 	// knows only whether it is this one).
 	Node string
@@ -42,6 +44,8 @@ type Endpoint struct {
 
 func (e Endpoint) String() string {
 	switch {
+	case e.OwnNode:
+		return e.Addr.String() + " (this node)"
 	case e.Pod == "":
 		return e.Addr.String() + " (no pod: not selectable by policy, matched by ipBlock only)"
 	case e.Local:
@@ -74,6 +78,10 @@ type Side struct {
 	// (nil: none does), whether or not the packet got that far.
 	Admin, Baseline         []string
 	AdminRule, BaselineRule *ClusterRuleRef
+
+	// OwnNode: the connection goes to this node, which NetworkPolicy
+	// always allows a pod; only cluster policies judge it.
+	OwnNode bool
 }
 
 // Isolated reports whether a NetworkPolicy selects the pod for this
@@ -90,7 +98,7 @@ func (s *Side) Allowed() bool {
 	case tierBaseline:
 		return s.BaselineRule.Action != string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
 	}
-	return len(s.Allows) > 0
+	return s.OwnNode || len(s.Allows) > 0
 }
 
 // DecidedBy names the stage that decided this direction: "self" (the pod
@@ -103,7 +111,9 @@ func (s *Side) DecidedBy() string {
 		return "self"
 	case s.AdminRule != nil && s.AdminRule.Action != string(policyv1beta1.ClusterNetworkPolicyRuleActionPass):
 		return tierAdmin
-	case s.Isolated():
+	case s.Isolated() && !(s.OwnNode && s.Quarantined):
+		// To its own node a quarantined pod's true policies are not
+		// known: the baseline may apply.
 		return "networkpolicy"
 	case s.BaselineRule != nil:
 		return tierBaseline
@@ -122,13 +132,31 @@ func (r RuleRef) String() string { return fmt.Sprintf("%s %s[%d]", r.Policy, r.D
 
 // Explain explains p, the first packet of a connection, through table,
 // the table the last Compile returned.
+//
+// A connection to an address of this node crosses the input hook, not
+// forward (see node.go): it is traced there, and only the source's egress
+// is judged.
 func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error) {
 	tracer := nft.NewTracer(table)
-	res, err := tracer.Trace(forwardChainName(), p)
-	if err != nil {
-		return nil, err
+	ownNode := c.ownNodeAddr(p.Dst)
+	x := &Explanation{From: c.endpoint(p.Src), To: c.endpoint(p.Dst)}
+	x.To.OwnNode = ownNode
+	switch {
+	case !ownNode:
+		res, err := tracer.Trace(forwardChainName(), p)
+		if err != nil {
+			return nil, err
+		}
+		x.Verdict, x.Path = res.Verdict, res.Path
+	case slices.ContainsFunc(table.Chains, func(ch *nft.Chain) bool { return ch.Name == inputChainName() }):
+		res, err := tracer.Trace(inputChainName(), p)
+		if err != nil {
+			return nil, err
+		}
+		x.Verdict, x.Path = res.Verdict, res.Path
+	default:
+		x.Verdict = nft.Accept // no input chain: nothing judges it
 	}
-	x := &Explanation{Verdict: res.Verdict, Path: res.Path, From: c.endpoint(p.Src), To: c.endpoint(p.Dst)}
 	byChain := map[string]*policyState{}
 	for _, ps := range c.policies {
 		if !ps.active {
@@ -149,17 +177,41 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			return s, nil
 		}
 		s.Quarantined = pc.pod.quarantined
+		// The tiers are read from the chain the packet takes: the pod's
+		// chain for connections to its own node, where NetworkPolicy
+		// does not decide, may enter the Baseline tier where the forward
+		// one does not.
+		tiersFrom := pc.chain
+		if ownNode {
+			tiersFrom = nil
+			if nc := c.nodeChains[pc.pod.key]; nc != nil {
+				tiersFrom = nc.chain
+			}
+		}
+		for i, r := range chainRules(tiersFrom) {
+			g, chain := c.tierChain(r)
+			if g == nil {
+				continue
+			}
+			ok, err := tracer.Matches(tiersFrom.Name, i, p)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue // the other family's chain
+			}
+			ref, err := firstMatching(tracer, g, chain, p)
+			if err != nil {
+				return nil, err
+			}
+			if g.tier == tierAdmin {
+				s.Admin, s.AdminRule = g.memberNames(), ref
+			} else {
+				s.Baseline, s.BaselineRule = g.memberNames(), ref
+			}
+		}
 		for i, r := range pc.chain.Rules {
-			if g := c.tierChain(r); g != nil {
-				ref, err := firstMatching(tracer, g, p)
-				if err != nil {
-					return nil, err
-				}
-				if g.tier == tierAdmin {
-					s.Admin, s.AdminRule = g.memberNames(), ref
-				} else {
-					s.Baseline, s.BaselineRule = g.memberNames(), ref
-				}
+			if g, _ := c.tierChain(r); g != nil {
 				continue
 			}
 			if v, ok := jumpTarget(r); ok {
@@ -191,13 +243,36 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 		}
 		return s, nil
 	}
+	var err error
 	if x.Egress, err = side(x.From, egress); err != nil {
 		return nil, err
+	}
+	if ownNode {
+		if x.Egress != nil {
+			x.Egress.OwnNode = true
+		}
+		return x, nil
 	}
 	if x.Ingress, err = side(x.To, ingress); err != nil {
 		return nil, err
 	}
 	return x, nil
+}
+
+func chainRules(ch *nft.Chain) []nft.Rule {
+	if ch == nil {
+		return nil
+	}
+	return ch.Rules
+}
+
+// ownNodeAddr reports whether a is an address of this node, as its Node's
+// status gives them, and no pod's: a pod holding it (a careless manifest)
+// is taken for the destination, as packets to a pod's address are
+// forwarded to it.
+func (c *Compiler) ownNodeAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return c.claims.first[a] == nil && slices.Contains(c.nodes[c.opts.Node].addrs, a)
 }
 
 // endpoint resolves an address to the pod holding it, as the compiler
@@ -210,34 +285,33 @@ func (c *Compiler) endpoint(a netip.Addr) Endpoint {
 	return e
 }
 
-// tierChain is the tier chain a pod chain's rule jumps or goes to, if it
-// is one (see podChain).
-func (c *Compiler) tierChain(r nft.Rule) *clusterGroup {
-	if len(r.Exprs) != 1 {
-		return nil
+// tierChain is the tier chain a pod chain's rule jumps or goes to, and
+// its group, if it is one (see clusterGroup.enter).
+func (c *Compiler) tierChain(r nft.Rule) (*clusterGroup, string) {
+	if len(r.Exprs) != 2 {
+		return nil, ""
 	}
-	v, ok := r.Exprs[0].(nft.Verdict)
+	v, ok := r.Exprs[1].(nft.Verdict)
 	if !ok || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
-		return nil
+		return nil, ""
 	}
 	for _, g := range c.groups {
-		if g.chain.Name == v.Chain {
-			return g
+		if _, ok := g.refs[v.Chain]; ok {
+			return g, v.Chain
 		}
 	}
-	return nil
+	return nil, ""
 }
 
 // firstMatching is the rule of a tier chain that decides p: the first
 // that matches it.
-func firstMatching(tracer *nft.Tracer, g *clusterGroup, p nft.Packet) (*ClusterRuleRef, error) {
-	for j := range g.chain.Rules {
-		ok, err := tracer.Matches(g.chain.Name, j, p)
+func firstMatching(tracer *nft.Tracer, g *clusterGroup, chain string, p nft.Packet) (*ClusterRuleRef, error) {
+	for j, ref := range g.refs[chain] {
+		ok, err := tracer.Matches(chain, j, p)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			ref := g.refs[j]
 			return &ref, nil
 		}
 	}
@@ -298,6 +372,10 @@ func (s *Side) writeTiers(b *strings.Builder) {
 		case s.Quarantined:
 			fmt.Fprintf(b, "  quarantined: its labels are not known (a rejected manifest): nothing allowed\n")
 		default:
+			if s.OwnNode {
+				fmt.Fprintf(b, "  NetworkPolicy: isolated by %s, which always allows the pod's own node\n", strings.Join(s.Policies, ", "))
+				break
+			}
 			fmt.Fprintf(b, "  NetworkPolicy: isolated by %s\n", strings.Join(s.Policies, ", "))
 			for _, r := range s.Allows {
 				fmt.Fprintf(b, "    allowed by %s\n", r)
@@ -340,6 +418,8 @@ func (x *Explanation) String() string {
 			fmt.Fprintf(&b, "%s: %s is not on this node; its own node checks %s\n", s.name, s.end.Pod, s.name)
 		case len(s.side.Admin)+len(s.side.Baseline) > 0:
 			s.side.writeTiers(&b)
+		case s.side.OwnNode:
+			fmt.Fprintf(&b, "%s: %s reaches its own node, which NetworkPolicy always allows and no cluster policy judges: allowed\n", s.name, s.side.Pod)
 		case !s.side.Isolated():
 			fmt.Fprintf(&b, "%s: %s is not isolated for %s (no policy selects it): allowed\n", s.name, s.side.Pod, s.name)
 		case s.side.Quarantined:

@@ -58,10 +58,7 @@ func (c *Compiler) refreshNodeChain(pd *pod, tiers podTiers, npIsolated bool, ch
 		Comment: "only our policy chains may set our bits",
 	}}}
 	if tiers.admin != nil {
-		chain.Rules = append(chain.Rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: tiers.admin.chain.Name}},
-			Comment: "the admin tier first",
-		})
+		chain.Rules = append(chain.Rules, tiers.admin.enter(nft.Jump, "the admin tier first")...)
 		if tiers.admin.accepts {
 			chain.Rules = append(chain.Rules, nft.Rule{
 				Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
@@ -70,16 +67,15 @@ func (c *Compiler) refreshNodeChain(pd *pod, tiers podTiers, npIsolated bool, ch
 		}
 	}
 	switch {
-	case npIsolated:
+	case npIsolated && !pd.quarantined:
+		// A quarantined pod's true policies are not known: the
+		// baseline's Denies may be its, and apply.
 		chain.Rules = append(chain.Rules, nft.Rule{
 			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Return}},
 			Comment: truncateComment(fmt.Sprintf("%s: NetworkPolicy isolates it and always allows its own node", pd.key)),
 		})
 	case tiers.baseline != nil:
-		chain.Rules = append(chain.Rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Goto, Chain: tiers.baseline.chain.Name}},
-			Comment: "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed",
-		})
+		chain.Rules = append(chain.Rules, tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed")...)
 	}
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, chain.Rules, nft.Rule.Equal) {
 		return

@@ -259,6 +259,8 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 			out = append(out, matchNfproto(e.Family)...)
 			out = append(out, loadAddr(e.Family, e.Field, reg1),
 				&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: s.Name, SetID: s.ID})
+		case NfprotoEq:
+			out = append(out, matchNfproto(e.Family)...)
 		case L4ProtoEq:
 			out = append(out,
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},

@@ -135,6 +135,11 @@ type AddrVmap struct {
 // L4ProtoEq matches the transport protocol: `meta l4proto tcp`.
 type L4ProtoEq struct{ Proto Proto }
 
+// NfprotoEq matches the packet's IP family: `meta nfproto ipv4`. A rule
+// that only jumps to a chain of one family's rules uses it, so a packet
+// walks its own family's rules alone.
+type NfprotoEq struct{ Family IPFamily }
+
 // DportRange matches the transport destination port, a single port when
 // First == Last: `th dport 80` or `th dport 80-90`. It must follow an
 // L4ProtoEq for a protocol that has ports.
@@ -248,6 +253,7 @@ func (AddrVmap) isExpr()                  {}
 func (L4ProtoEq) isExpr()                 {}
 func (DportRange) isExpr()                {}
 func (AddrProtoPortInSet) isExpr()        {}
+func (NfprotoEq) isExpr()                 {}
 func (AddrProtoPortVmap) isExpr()         {}
 func (ICMPv6TypeRange) isExpr()           {}
 func (MarkBitsSet) isExpr()               {}

@@ -182,6 +182,11 @@ func renderExpr(e Expr) string {
 		return fmt.Sprintf("%s %s vmap @%s", e.Family.Keyword(), e.Field, e.Map)
 	case L4ProtoEq:
 		return "meta l4proto " + e.Proto.String()
+	case NfprotoEq:
+		if e.Family == IPv6 {
+			return "meta nfproto ipv6"
+		}
+		return "meta nfproto ipv4"
 	case DportRange:
 		if e.First == e.Last {
 			return fmt.Sprintf("th dport %d", e.First)

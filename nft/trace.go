@@ -162,6 +162,8 @@ func (tr *tracer) match(e Expr) (ok, isMatch bool) {
 		return tr.inFamily(e.Family) && tr.lookup(e.Set, tr.addr(e.Field), 0, 0), true
 	case L4ProtoEq:
 		return p.Proto == e.Proto, true
+	case NfprotoEq:
+		return tr.inFamily(e.Family), true
 	case DportRange:
 		return p.Dport >= e.First && p.Dport <= e.Last, true
 	case AddrProtoPortInSet:
