@@ -99,12 +99,11 @@
 //     everything to its subject would cut off pods it never meant to. So
 //     it is treated as a document that cannot be read: a restarted daemon
 //     holds its table, and /readyz names it. A ClusterNetworkPolicy
-//     defined twice, differently, whose definitions all validate, has a
-//     stand-in (denyOnly): the Deny rules of every definition, in the
-//     Admin tier at the first priority, for the subject they agree on or
-//     every pod; nothing is accepted or passed. With a definition that
-//     cannot be read it is lost as above (or keeps its last good version
-//     under WatchDir).
+//     defined twice, differently, has a stand-in (denyOnly): the Deny
+//     rules of every definition that validates, in the Admin tier at the
+//     first priority, for the subject they agree on or every pod; nothing
+//     is accepted or passed. When no definition validates it is lost as
+//     above (or keeps its last good version under WatchDir).
 //
 // Each is still an error (not a Warning), so what is enforced is not taken
 // for what the files say; ObjectError.StandIn says a stand-in is in

@@ -225,7 +225,7 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 			if key.kind == "ClusterNetworkPolicy" && (old == nil || slices.ContainsFunc(defs, func(d *definition) bool { return d.obj != nil })) {
 				if p := denyOnly(defs); p != nil {
 					kept, stoodIn = p, true
-					outcome = "the Deny rules of every definition stand in the Admin tier at the first priority, for the pods either subject selects (all pods when they differ), and nothing is accepted or passed, until one is removed"
+					outcome = "the Deny rules of every definition that validates stand in the Admin tier at the first priority, for the pods either subject selects (all pods when they differ), and nothing is accepted or passed, until one is removed"
 				}
 			}
 			if kept == nil && old != nil {
@@ -496,17 +496,16 @@ func isolationOnly(defs []*definition) *networkingv1.NetworkPolicy {
 // other's Deny closes. It holds the Deny rules of every definition, in
 // the Admin tier (ahead of NetworkPolicy, as the strictest tier) at the
 // lowest priority any gives; its subject is theirs when they agree, every
-// pod when they do not (one subject cannot express the union). Nil when a
-// definition cannot be read: it might deny anything, and its last good
-// version, if any, is the better stand-in.
+// pod when they do not (one subject cannot express the union). A
+// definition that cannot be read adds nothing (what it denies is not
+// known; no stand-in could say it), but does not take the others' Denies
+// away. Nil when no definition can be read.
 func denyOnly(defs []*definition) *policyv1beta1.ClusterNetworkPolicy {
 	var each []*policyv1beta1.ClusterNetworkPolicy
 	for _, d := range defs {
-		p, ok := d.obj.(*policyv1beta1.ClusterNetworkPolicy)
-		if !ok {
-			return nil
+		if p, ok := d.obj.(*policyv1beta1.ClusterNetworkPolicy); ok {
+			each = append(each, p)
 		}
-		each = append(each, p)
 	}
 	if len(each) == 0 {
 		return nil
