@@ -147,6 +147,9 @@ type peerSets struct {
 	key    string
 	parsed *parsedPeers
 	sets   map[nft.IPFamily]*nft.Set
+	// count is how many selected pods hold each address (two may,
+	// briefly), for patchPeers.
+	count map[netip.Addr]int
 }
 
 func (c *Compiler) acquirePeers(key string, parsed *parsedPeers) {
@@ -177,10 +180,18 @@ func (c *Compiler) computePeers(e *peerSets) {
 	if e.parsed.blocks != nil {
 		all.AddSet(e.parsed.blocks)
 	}
+	// Each pod once, however many selectors name it (see patchPeers).
+	e.count = map[netip.Addr]int{}
+	counted := map[*pod]bool{}
 	for _, s := range e.parsed.selectors {
 		for _, pd := range c.selectPods(e.parsed.policyNS, s) {
+			if counted[pd] {
+				continue
+			}
+			counted[pd] = true
 			for _, ip := range pd.ips {
 				all.Add(ip)
+				e.count[ip]++
 			}
 		}
 	}
@@ -244,7 +255,10 @@ func (c *Compiler) refreshPeers(ch *changes) {
 		return
 	}
 	for e := range c.peers.values() {
-		if c.peersTouched(e, ch) {
+		if !c.peersTouched(e, ch) {
+			continue
+		}
+		if len(ch.namespaces) > 0 || ch.nodes || !c.patchPeers(e, ch) {
 			c.computePeers(e)
 		}
 	}
