@@ -1,9 +1,11 @@
 package k8s
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +50,13 @@ type Informers struct {
 
 	mu      sync.Mutex
 	invalid map[types.UID]bool // objects the API server accepted but Admit rejects
+	// dirty says, per informer of infs, that its objects changed since
+	// the last Snapshot, which rebuilds and sorts only those lists and
+	// takes the others from last: an event costs the list of its kind,
+	// not of every kind (the 10k pods are not sorted again for a policy
+	// edit).
+	dirty [4]bool
+	last  *Snapshot
 
 	health health
 	resync time.Duration
@@ -130,7 +139,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	objs := []runtime.Object{&corev1.Namespace{}, &corev1.Pod{}, &corev1.Node{}, &networkingv1.NetworkPolicy{}}
 	for i, l := range links {
 		l.in, l.resource, l.noWatchList = in, resources[i], noWatchList
-		in.infs = append(in.infs, in.newInformer(l, objs[i], opts.Resync))
+		in.infs = append(in.infs, in.newInformer(l, objs[i], opts.Resync, i))
 	}
 	in.resync = opts.Resync
 	return in
@@ -138,7 +147,10 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 
 // newInformer returns an informer that lists and watches through l, with
 // the transform, handlers and error handler every informer has.
-func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Duration) cache.SharedIndexInformer {
+//
+// kind is its index in infs, whose list its events make dirty; -1 for the
+// ClusterNetworkPolicy informer, whose list is always rebuilt.
+func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Duration, kind int) cache.SharedIndexInformer {
 	inf := cache.NewSharedIndexInformerWithOptions(l, obj, cache.SharedIndexInformerOptions{
 		ResyncPeriod: resync,
 		Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
@@ -146,9 +158,25 @@ func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Durati
 	// These error only once the informer has started; it has not.
 	_ = inf.SetTransform(in.transform)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { in.notify() },
-		UpdateFunc: in.onUpdate,
-		DeleteFunc: in.onDelete,
+		AddFunc: func(any) {
+			in.markDirty(kind)
+			in.notify()
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			// A resync (the same object replayed) or an update of a field
+			// the compiler does not read (transform drops those: a pod's
+			// conditions, a node's heartbeat) compares equal and costs
+			// nothing.
+			if !equalIgnoringVersion(oldObj, newObj) {
+				in.markDirty(kind)
+				in.notify()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			in.onDelete(obj)
+			in.markDirty(kind)
+			in.notify()
+		},
 	})
 	_ = inf.SetWatchErrorHandlerWithContext(in.watchError)
 	return inf
@@ -280,7 +308,7 @@ func (in *Informers) startClusterPolicies(ctx context.Context) cache.SharedIndex
 	cnps := in.policy.PolicyV1beta1().ClusterNetworkPolicies()
 	l := &link{in: in, resource: clusterPolicyResource, list: listFunc(cnps.List), watch: cnps.Watch,
 		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(in.policy)}
-	inf := in.newInformer(l, &policyv1beta1.ClusterNetworkPolicy{}, in.resync)
+	inf := in.newInformer(l, &policyv1beta1.ClusterNetworkPolicy{}, in.resync, -1)
 	ctx, stop := context.WithCancel(ctx)
 	c := &cnpInformer{inf: inf, stop: stop, done: make(chan struct{})}
 	go func() {
@@ -377,26 +405,53 @@ func (in *Informers) Snapshot() *Snapshot {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	// A list is taken again only when its informer saw an event since the
+	// last Snapshot; the flag is cleared before the list is read, so an
+	// event that lands meanwhile makes it dirty again.
+	rebuild := func(kind int) bool {
+		d := in.dirty[kind] || in.last == nil
+		in.dirty[kind] = false
+		return d
+	}
 	snap := &Snapshot{}
-	for _, obj := range in.infs[0].GetStore().List() {
-		if o, ok := obj.(*corev1.Namespace); ok && !in.invalid[o.UID] {
-			snap.Namespaces = append(snap.Namespaces, o)
-		}
+	if last := in.last; last != nil {
+		snap.Namespaces, snap.Pods, snap.Nodes, snap.Policies = last.Namespaces, last.Pods, last.Nodes, last.Policies
 	}
-	for _, obj := range in.infs[1].GetStore().List() {
-		if o, ok := obj.(*corev1.Pod); ok && !in.invalid[o.UID] {
-			snap.Pods = append(snap.Pods, o)
+	if rebuild(0) {
+		snap.Namespaces = nil
+		for _, obj := range in.infs[0].GetStore().List() {
+			if o, ok := obj.(*corev1.Namespace); ok && !in.invalid[o.UID] {
+				snap.Namespaces = append(snap.Namespaces, o)
+			}
 		}
+		sortByName(snap.Namespaces)
 	}
-	for _, obj := range in.infs[2].GetStore().List() {
-		if o, ok := obj.(*corev1.Node); ok && !in.invalid[o.UID] {
-			snap.Nodes = append(snap.Nodes, o)
+	if rebuild(1) {
+		snap.Pods = nil
+		for _, obj := range in.infs[1].GetStore().List() {
+			if o, ok := obj.(*corev1.Pod); ok && !in.invalid[o.UID] {
+				snap.Pods = append(snap.Pods, o)
+			}
 		}
+		sortByName(snap.Pods)
 	}
-	for _, obj := range in.infs[3].GetStore().List() {
-		if o, ok := obj.(*networkingv1.NetworkPolicy); ok && !in.invalid[o.UID] {
-			snap.Policies = append(snap.Policies, o)
+	if rebuild(2) {
+		snap.Nodes = nil
+		for _, obj := range in.infs[2].GetStore().List() {
+			if o, ok := obj.(*corev1.Node); ok && !in.invalid[o.UID] {
+				snap.Nodes = append(snap.Nodes, o)
+			}
 		}
+		sortByName(snap.Nodes)
+	}
+	if rebuild(3) {
+		snap.Policies = nil
+		for _, obj := range in.infs[3].GetStore().List() {
+			if o, ok := obj.(*networkingv1.NetworkPolicy); ok && !in.invalid[o.UID] {
+				snap.Policies = append(snap.Policies, o)
+			}
+		}
+		sortByName(snap.Policies)
 	}
 	// Only a complete list: an informer started after the others (the CRD
 	// installed later) is left out until its first list is in.
@@ -407,8 +462,27 @@ func (in *Informers) Snapshot() *Snapshot {
 			}
 		}
 	}
-	snap.Sort()
+	sortByName(snap.ClusterPolicies)
+	in.last = snap
 	return snap
+}
+
+// markDirty notes that the list of informer kind changed (see dirty).
+func (in *Informers) markDirty(kind int) {
+	if kind < 0 {
+		return
+	}
+	in.mu.Lock()
+	in.dirty[kind] = true
+	in.mu.Unlock()
+}
+
+// sortByName sorts objects by namespace, then name, as a Snapshot's lists
+// are.
+func sortByName[T metav1.Object](objs []T) {
+	slices.SortFunc(objs, func(a, b T) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	})
 }
 
 // Watch sends a Snapshot now and another after changes, until ctx ends;
@@ -451,17 +525,8 @@ func (in *Informers) notify() {
 	}
 }
 
-// onUpdate notifies unless the update changes nothing the compiler reads:
-// after transform, objects hold only such fields, so an update of a pod's
-// conditions or a node's heartbeat compares equal and costs nothing.
-func (in *Informers) onUpdate(oldObj, newObj any) {
-	// A resync (same object replayed) compares equal too.
-	if equalIgnoringVersion(oldObj, newObj) {
-		return
-	}
-	in.notify()
-}
-
+// onDelete forgets that a deleted object was invalid; its handler then
+// marks the list dirty and notifies.
 func (in *Informers) onDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -471,7 +536,6 @@ func (in *Informers) onDelete(obj any) {
 		delete(in.invalid, o.GetUID())
 		in.mu.Unlock()
 	}
-	in.notify()
 }
 
 // watchError replaces client-go's default handler, which would print each
