@@ -50,13 +50,14 @@ type Informers struct {
 
 	mu      sync.Mutex
 	invalid map[types.UID]bool // objects the API server accepted but Admit rejects
-	// dirty says, per informer of infs, that its objects changed since
-	// the last Snapshot, which rebuilds and sorts only those lists and
-	// takes the others from last: an event costs the list of its kind,
-	// not of every kind (the 10k pods are not sorted again for a policy
-	// edit).
-	dirty [4]bool
-	last  *Snapshot
+	// pending holds, per informer of infs, the objects its events
+	// changed since the last Snapshot, by namespace/name (nil: deleted).
+	// The next Snapshot patches last's sorted lists with them instead of
+	// listing and sorting every object again: an event costs a copy of
+	// its kind's list, not a sort of every kind (10k pods sorted again for
+	// a policy edit was most of a Snapshot).
+	pending [4]map[string]metav1.Object
+	last    *Snapshot
 
 	health health
 	resync time.Duration
@@ -158,8 +159,8 @@ func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Durati
 	// These error only once the informer has started; it has not.
 	_ = inf.SetTransform(in.transform)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) {
-			in.markDirty(kind)
+		AddFunc: func(obj any) {
+			in.markPending(kind, obj, false)
 			in.notify()
 		},
 		UpdateFunc: func(oldObj, newObj any) {
@@ -168,13 +169,13 @@ func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Durati
 			// conditions, a node's heartbeat) compares equal and costs
 			// nothing.
 			if !equalIgnoringVersion(oldObj, newObj) {
-				in.markDirty(kind)
+				in.markPending(kind, newObj, false)
 				in.notify()
 			}
 		},
 		DeleteFunc: func(obj any) {
 			in.onDelete(obj)
-			in.markDirty(kind)
+			in.markPending(kind, obj, true)
 			in.notify()
 		},
 	})
@@ -405,47 +406,35 @@ func (in *Informers) Snapshot() *Snapshot {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	// A list is taken again only when its informer saw an event since the
-	// last Snapshot; the flag is cleared before the list is read, so an
-	// event that lands meanwhile makes it dirty again.
-	rebuild := func(kind int) bool {
-		d := in.dirty[kind] || in.last == nil
-		in.dirty[kind] = false
-		return d
-	}
+	// The first Snapshot lists every informer; later ones patch the last
+	// one's lists with the objects events changed (see pending).
 	snap := &Snapshot{}
 	if last := in.last; last != nil {
-		snap.Namespaces, snap.Pods, snap.Nodes, snap.Policies = last.Namespaces, last.Pods, last.Nodes, last.Policies
+		snap.Namespaces = patchList(last.Namespaces, in.pending[0], in.invalid)
+		snap.Pods = patchList(last.Pods, in.pending[1], in.invalid)
+		snap.Nodes = patchList(last.Nodes, in.pending[2], in.invalid)
+		snap.Policies = patchList(last.Policies, in.pending[3], in.invalid)
 	}
-	if rebuild(0) {
-		snap.Namespaces = nil
+	in.pending = [4]map[string]metav1.Object{}
+	if in.last == nil {
 		for _, obj := range in.infs[0].GetStore().List() {
 			if o, ok := obj.(*corev1.Namespace); ok && !in.invalid[o.UID] {
 				snap.Namespaces = append(snap.Namespaces, o)
 			}
 		}
 		sortByName(snap.Namespaces)
-	}
-	if rebuild(1) {
-		snap.Pods = nil
 		for _, obj := range in.infs[1].GetStore().List() {
 			if o, ok := obj.(*corev1.Pod); ok && !in.invalid[o.UID] {
 				snap.Pods = append(snap.Pods, o)
 			}
 		}
 		sortByName(snap.Pods)
-	}
-	if rebuild(2) {
-		snap.Nodes = nil
 		for _, obj := range in.infs[2].GetStore().List() {
 			if o, ok := obj.(*corev1.Node); ok && !in.invalid[o.UID] {
 				snap.Nodes = append(snap.Nodes, o)
 			}
 		}
 		sortByName(snap.Nodes)
-	}
-	if rebuild(3) {
-		snap.Policies = nil
 		for _, obj := range in.infs[3].GetStore().List() {
 			if o, ok := obj.(*networkingv1.NetworkPolicy); ok && !in.invalid[o.UID] {
 				snap.Policies = append(snap.Policies, o)
@@ -467,14 +456,57 @@ func (in *Informers) Snapshot() *Snapshot {
 	return snap
 }
 
-// markDirty notes that the list of informer kind changed (see dirty).
-func (in *Informers) markDirty(kind int) {
+// markPending notes an object an event of informer kind changed, or
+// deleted (see pending).
+func (in *Informers) markPending(kind int, obj any, deleted bool) {
 	if kind < 0 {
 		return
 	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	o, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
 	in.mu.Lock()
-	in.dirty[kind] = true
-	in.mu.Unlock()
+	defer in.mu.Unlock()
+	if in.pending[kind] == nil {
+		in.pending[kind] = map[string]metav1.Object{}
+	}
+	if deleted {
+		o = nil
+	}
+	in.pending[kind][objKeyOf(obj.(metav1.Object))] = o // nil: deleted
+}
+
+func objKeyOf(o metav1.Object) string { return o.GetNamespace() + "/" + o.GetName() }
+
+// patchList returns list, sorted by namespace and name, with each pending
+// object in place of the one of its name (left out when deleted or
+// invalid). list itself, which an earlier Snapshot holds, is not changed.
+func patchList[T metav1.Object](list []T, pending map[string]metav1.Object, invalid map[types.UID]bool) []T {
+	if len(pending) == 0 {
+		return list
+	}
+	out := slices.Clone(list)
+	cmpKey := func(o T, k [2]string) int {
+		return cmp.Or(cmp.Compare(o.GetNamespace(), k[0]), cmp.Compare(o.GetName(), k[1]))
+	}
+	for key, o := range pending {
+		ns, name, _ := strings.Cut(key, "/")
+		k := [2]string{ns, name}
+		i, found := slices.BinarySearchFunc(out, k, cmpKey)
+		if found {
+			out = slices.Delete(out, i, i+1)
+		}
+		t, ok := o.(T)
+		if o == nil || !ok || invalid[t.GetUID()] {
+			continue
+		}
+		out = slices.Insert(out, i, t)
+	}
+	return out
 }
 
 // sortByName sorts objects by namespace, then name, as a Snapshot's lists

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -465,5 +467,47 @@ func TestInformersHealthRecovers(t *testing.T) {
 	})
 	if logs.FilterMessageSnippet("answers again").Len() != 1 {
 		t.Errorf("recovery not logged once: %v", logs.All())
+	}
+}
+
+// patchList keeps a Snapshot's list what listing and sorting the store
+// would give, through random adds, updates, deletes and invalid objects,
+// and never changes the list it patches (an earlier Snapshot holds it).
+func TestPatchListMatchesListing(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	store := map[string]*corev1.Pod{}
+	invalid := map[types.UID]bool{}
+	var list []*corev1.Pod
+	for step := range 2000 {
+		pending := map[string]metav1.Object{}
+		for range 1 + r.IntN(5) {
+			ns, name := fmt.Sprintf("ns-%d", r.IntN(4)), fmt.Sprintf("p-%d", r.IntN(30))
+			key := ns + "/" + name
+			if r.IntN(3) == 0 {
+				delete(store, key)
+				pending[key] = nil
+				continue
+			}
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("%s-%d", key, step))}}
+			invalid[p.UID] = r.IntN(8) == 0
+			store[key] = p
+			pending[key] = p
+		}
+		before := slices.Clone(list)
+		next := patchList(list, pending, invalid)
+		if !slices.Equal(list, before) {
+			t.Fatalf("step %d: patchList changed the list it was given", step)
+		}
+		var want []*corev1.Pod
+		for _, p := range store {
+			if !invalid[p.UID] {
+				want = append(want, p)
+			}
+		}
+		sortByName(want)
+		if !slices.Equal(next, want) {
+			t.Fatalf("step %d: patched list differs from the listing", step)
+		}
+		list = next
 	}
 }
