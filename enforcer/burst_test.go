@@ -105,13 +105,13 @@ func rollout(i int) func(*k8s.Snapshot) *k8s.Snapshot {
 // The 1,000-pod burst of issue 16: a rollout that gives 1,000 pods new
 // addresses within a second, each change landing in the source's state
 // as the informer's cache would, through Run with the daemon's default
-// timing (--debounce 100ms, --max-delay 1s). It reports how many syncs
+// timing (DefaultDebounce, DefaultMaxDelay). It reports how many syncs
 // and batches the burst took, and checks what is structural rather than
 // timed: the burst is coalesced (far fewer syncs than changes), and the
 // kernel ends up holding the last state. The count, against issue 16's
 // target of ≤ 10, is in docs/performance.md ("Change latency").
 func TestRunBurstOf1000Pods(t *testing.T) {
-	timing := Timing{Debounce: 100 * time.Millisecond, MaxDelay: time.Second, Retry: time.Second}
+	timing := Timing{Debounce: DefaultDebounce, MaxDelay: DefaultMaxDelay, Retry: time.Second}
 	const pods = 1000
 	// 10 namespaces of 100 pods, 110 of them on this node, 2 policies per
 	// namespace: every pod is a peer of some policy, so most changes

@@ -129,8 +129,8 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 		fs.StringVar(&cfg.metricsAddr, "metrics-addr", defaultMetricsAddr, "serve Prometheus metrics at /metrics on this address (empty: not at all)")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how long a manifest written in place (not renamed in) must stay untouched before it is loaded, and how often to poll the directory where inotify cannot be set up (a file renamed into the directory is loaded at once)")
 		fs.DurationVar(&cfg.rescan, "rescan", 10*time.Second, "how often to read every manifest anyway, for changes inotify does not report (a network filesystem written from elsewhere, a link into another directory, lost events)")
-		fs.DurationVar(&cfg.debounce, "debounce", 100*time.Millisecond, "a change after a quiet period is synced at once; changes within this long after a sync are merged into one sync when it ends (a burst costs a batch per window)")
-		fs.DurationVar(&cfg.maxDelay, "max-delay", time.Second, "sync at most this long after the first change of a burst")
+		fs.DurationVar(&cfg.debounce, "debounce", enforcer.DefaultDebounce, "a change after a quiet period is synced at once; changes within this long after a sync are merged into one sync when it ends (a burst costs a batch per window)")
+		fs.DurationVar(&cfg.maxDelay, "max-delay", enforcer.DefaultMaxDelay, "sync at most this long after the first change of a burst")
 		fs.DurationVar(&cfg.driftCheck, "drift-check", 30*time.Second, "how often to read the table back and repair it if it drifted (0: never)")
 	}
 	if err := fs.Parse(args); err != nil {

@@ -44,7 +44,7 @@ const (
 	// Changes measured; 200 by default.
 	envChanges = "K8SE2E_LATENCY_CHANGES"
 	// Quiet before each change, from the kernel holding the previous one:
-	// 150ms by default (see TestIntegrationAPIWriteToKernel); 0 writes
+	// the debounce and 50ms by default (see TestIntegrationAPIWriteToKernel); 0 writes
 	// each change as soon as the previous one is in the kernel.
 	envGap = "K8SE2E_LATENCY_GAP"
 	// Flags added to `nftpolicy run`, such as "--debounce 0".
@@ -322,8 +322,8 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(
 // `api->kernel: p50=… p99=… ms (N changes)`, and asserts nothing about
 // time: the figures are in docs/performance.md.
 //
-// Each change is written 150 ms (--debounce 100ms and a margin for the
-// sync's end after its commit) after the kernel held the previous one:
+// Each change is written the default --debounce and 50 ms (a margin for
+// the sync's end after its commit) after the kernel held the previous one:
 // every change comes after a quiet period, the leading edge, synced at
 // once. K8SE2E_LATENCY_GAP=0 writes each as soon as the previous one is
 // in the kernel, so that each falls in the window after a sync and waits
@@ -331,7 +331,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(
 // and the daemon's flags.
 func TestIntegrationAPIWriteToKernel(t *testing.T) {
 	changes := envInt(t, envChanges, 200)
-	gap := 150 * time.Millisecond
+	gap := enforcer.DefaultDebounce + 50*time.Millisecond
 	if s := os.Getenv(envGap); s != "" {
 		var err error
 		if gap, err = time.ParseDuration(s); err != nil || gap < 0 {
