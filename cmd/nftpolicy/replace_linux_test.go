@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftpolicy/nftpolicy/enforcer"
+	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/nft"
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // A file replaced in the manifests directory (written to a temporary name,
@@ -31,6 +35,10 @@ func TestIntegrationRunFileReplaceToKernel(t *testing.T) {
 	}
 	ns := testns.New(t, "nftpt")
 	dir := t.TempDir()
+	if s := os.Getenv("NFTPOLICY_REPLACE_SCALE"); s != "" {
+		replaceAtScale(t, s, ns, dir, changes)
+		return
+	}
 	for _, f := range []string{"namespaces.yaml", "pods.yaml", "policies.yaml"} {
 		copyFile(t, filepath.Join(clusterDir, f), filepath.Join(dir, f))
 	}
@@ -79,4 +87,110 @@ func TestIntegrationRunFileReplaceToKernel(t *testing.T) {
 	slices.Sort(lat)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 	t.Logf("file->kernel: p50=%s p99=%s max=%s ms (%d changes)", ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), len(lat))
+}
+
+// replaceAtScale is TestIntegrationRunFileReplaceToKernel on a synthetic
+// cluster of internal/scale, NxPxK (namespaces x pods per namespace x
+// policies per namespace, $NFTPOLICY_REPLACE_SCALE): one file of
+// namespaces, one of pods, one of policies per namespace, as an operator
+// would keep them. Each change replaces ns-0's file with the port of
+// ns-0/policy-0's first rule changed, and is timed from the rename to the
+// commit after which that policy's chain holds it.
+func replaceAtScale(t *testing.T, size, ns, dir string, changes int) {
+	var nsN, podsN, polN int
+	if _, err := fmt.Sscanf(size, "%dx%dx%d", &nsN, &podsN, &polN); err != nil {
+		t.Fatalf("$NFTPOLICY_REPLACE_SCALE %q: want NxPxK", size)
+	}
+	snap := scale.Cluster(nsN, podsN, polN, 110, "node-1", false)
+	write := func(name string, objs []any) {
+		var b strings.Builder
+		for _, o := range objs {
+			y, err := yaml.Marshal(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString("---\n")
+			b.Write(y)
+		}
+		writeFile(t, filepath.Join(dir, name), b.String())
+	}
+	var nss, pods []any
+	for _, o := range snap.Namespaces {
+		o.APIVersion, o.Kind = "v1", "Namespace"
+		nss = append(nss, o)
+	}
+	for _, o := range snap.Pods {
+		o.APIVersion, o.Kind = "v1", "Pod"
+		pods = append(pods, o)
+	}
+	write("namespaces.yaml", nss)
+	write("pods.yaml", pods)
+	byNS := map[string][]*networkingv1.NetworkPolicy{}
+	for _, o := range snap.Policies {
+		o.APIVersion, o.Kind = "networking.k8s.io/v1", "NetworkPolicy"
+		byNS[o.Namespace] = append(byNS[o.Namespace], o)
+	}
+	policiesOf := func(namespace string) []any {
+		var out []any
+		for _, o := range byNS[namespace] {
+			out = append(out, o)
+		}
+		return out
+	}
+	for namespace := range byNS {
+		write("policies-"+namespace+".yaml", policiesOf(namespace))
+	}
+	d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", ns)
+	d.waitGeneration(t, 0)
+	c, err := nft.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	chain := ""
+	for _, line := range strings.Split(testns.ListTable(t, ns, "nftpolicy"), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "chain" && strings.HasPrefix(f[1], "ingress-") && strings.HasSuffix(f[1], "-ns-0/policy-0") {
+			chain = f[1]
+		}
+	}
+	if chain == "" {
+		t.Fatal("no chain of ns-0/policy-0")
+	}
+	target := byNS["ns-0"][0]
+	var lat []time.Duration
+	for i := range changes {
+		time.Sleep(enforcer.DefaultDebounce + 50*time.Millisecond) // an isolated edit
+		port := int32(20000 + i)
+		target.Spec.Ingress[0].Ports[0].Port.IntVal = port
+		tmp := filepath.Join(dir, ".policies-ns-0.yaml.tmp")
+		write(filepath.Base(tmp), policiesOf("ns-0"))
+		gen, err := c.Generation()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := os.Rename(tmp, filepath.Join(dir, "policies-ns-0.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := start.Add(30 * time.Second); ; {
+			g, err := c.Generation()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g != gen {
+				at := time.Since(start)
+				gen = g
+				if strings.Contains(testns.Nft(t, ns, "", "list", "chain", "inet", "nftpolicy", chain), fmt.Sprintf("dport %d", port)) {
+					lat = append(lat, at)
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("change %d (port %d) not in the kernel within 30s", i, port)
+			}
+		}
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+	t.Logf("file->kernel at %s: p50=%s p99=%s max=%s ms (%d changes)", size, ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), len(lat))
 }
