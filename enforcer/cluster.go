@@ -10,6 +10,7 @@ import (
 
 	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -298,6 +299,12 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 			comment += " " + r.name
 		}
 		comment = truncateComment(comment)
+		denyAll := func(why string) {
+			problem(fmt.Errorf("%s: %s (rule denies all, failing closed)", where, why))
+			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: slices.Clone(deny), Comment: comment})
+			ref.Action = string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
+			p.refs[d.name] = append(p.refs[d.name], ref)
+		}
 		var verdict []nft.Expr
 		switch r.action {
 		case policyv1beta1.ClusterNetworkPolicyRuleActionAccept:
@@ -308,21 +315,12 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 			verdict = pass
 		default:
 			// An action we do not know: deny all, as for an unknown peer.
-			problem(fmt.Errorf("%s: unknown action %q (rule denies all)", where, r.action))
-			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: slices.Clone(deny), Comment: comment})
-			ref.Action = string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
-			p.refs[d.name] = append(p.refs[d.name], ref)
+			denyAll(fmt.Sprintf("unknown action %q", r.action))
 			continue
 		}
 		isAccept := r.action == policyv1beta1.ClusterNetworkPolicyRuleActionAccept
 		add := func(exprs []nft.Expr) {
 			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: append(exprs, verdict...), Comment: comment})
-			p.refs[d.name] = append(p.refs[d.name], ref)
-		}
-		denyAll := func(why string) {
-			problem(fmt.Errorf("%s: %s (rule denies all, failing closed)", where, why))
-			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: slices.Clone(deny), Comment: comment})
-			ref.Action = string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
 			p.refs[d.name] = append(p.refs[d.name], ref)
 		}
 
@@ -460,74 +458,58 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 // named by a Deny rule that reads its labels, and by no Accept or Pass
 // rule (a Pass skips the Admin tier's later Denies).
 func (c *Compiler) parseClusterPeers(peers []clusterPeer, d direction, deny bool) (parsed *parsedPeers, key string, unknown []string, err error) {
-	out := &parsedPeers{}
-	var blocks netipx.IPSetBuilder
-	hasBlocks, known := false, false
-	var b strings.Builder
 	field := "from"
 	if d == egress {
 		field = "to"
 	}
+	// namespaces, pods and networks read as a NetworkPolicy's peers do: a
+	// namespaceSelector alone, both selectors, ipBlocks. parsePeers and
+	// peerKey take them from there.
+	var asNP []networkingv1.NetworkPolicyPeer
+	var nodes []labels.Selector
+	var nodeKey strings.Builder
 	for k, peer := range peers {
 		switch {
 		case peer.namespaces != nil:
-			sel, err := metav1.LabelSelectorAsSelector(peer.namespaces)
-			if err != nil {
-				return nil, "", nil, fmt.Errorf("%s[%d].namespaces: %w", field, k, err)
-			}
-			out.selectors = append(out.selectors, peerSelector{namespaces: sel, pods: labels.Everything(), mayBe: deny})
-			fmt.Fprintf(&b, "ns:%s|pod:all;", metav1.FormatLabelSelector(peer.namespaces))
+			asNP = append(asNP, networkingv1.NetworkPolicyPeer{NamespaceSelector: peer.namespaces})
 		case peer.pods != nil:
-			nsSel, err := metav1.LabelSelectorAsSelector(&peer.pods.NamespaceSelector)
-			if err != nil {
-				return nil, "", nil, fmt.Errorf("%s[%d].pods.namespaceSelector: %w", field, k, err)
-			}
-			podSel, err := metav1.LabelSelectorAsSelector(&peer.pods.PodSelector)
-			if err != nil {
-				return nil, "", nil, fmt.Errorf("%s[%d].pods.podSelector: %w", field, k, err)
-			}
-			out.selectors = append(out.selectors, peerSelector{namespaces: nsSel, pods: podSel, mayBe: deny})
-			fmt.Fprintf(&b, "ns:%s|pod:%s;", metav1.FormatLabelSelector(&peer.pods.NamespaceSelector), metav1.FormatLabelSelector(&peer.pods.PodSelector))
-		case peer.nodes != nil:
-			sel, err := metav1.LabelSelectorAsSelector(peer.nodes)
-			if err != nil {
-				return nil, "", nil, fmt.Errorf("%s[%d].nodes: %w", field, k, err)
-			}
-			out.nodes = append(out.nodes, sel)
-			fmt.Fprintf(&b, "node:%s;", metav1.FormatLabelSelector(peer.nodes))
+			asNP = append(asNP, networkingv1.NetworkPolicyPeer{NamespaceSelector: &peer.pods.NamespaceSelector, PodSelector: &peer.pods.PodSelector})
 		case len(peer.networks) > 0:
 			for n, cidr := range peer.networks {
 				pfx, err := netip.ParsePrefix(string(cidr))
 				if err != nil {
 					return nil, "", nil, fmt.Errorf("%s[%d].networks[%d]: %w", field, k, n, err)
 				}
-				blocks.AddPrefix(pfx.Masked())
-				hasBlocks = true
-				fmt.Fprintf(&b, "ip:%s;", pfx.Masked())
+				asNP = append(asNP, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: pfx.Masked().String()}})
 			}
+		case peer.nodes != nil:
+			sel, err := metav1.LabelSelectorAsSelector(peer.nodes)
+			if err != nil {
+				return nil, "", nil, fmt.Errorf("%s[%d].nodes: %w", field, k, err)
+			}
+			nodes = append(nodes, sel)
+			fmt.Fprintf(&nodeKey, "node:%s;", metav1.FormatLabelSelector(peer.nodes))
 		case len(peer.domains) > 0:
 			unknown = append(unknown, fmt.Sprintf("%s[%d].domainNames is not supported by nftpolicy", field, k))
-			continue
 		default:
 			unknown = append(unknown, fmt.Sprintf("%s[%d] has no field this version knows", field, k))
-			continue
 		}
-		known = true
 	}
-	if !known {
+	if len(asNP) == 0 && len(nodes) == 0 {
 		return nil, "", unknown, nil
 	}
-	if hasBlocks {
-		set, err := blocks.IPSet()
-		if err != nil {
-			return nil, "", nil, err
-		}
-		out.blocks = set
-		if len(out.selectors) == 0 && len(out.nodes) == 0 && isEverything(set) {
-			out.all = true
+	out := &parsedPeers{}
+	if len(asNP) > 0 {
+		if out, err = parsePeers("", asNP); err != nil {
+			return nil, "", nil, fmt.Errorf("%s: %w", field, err)
 		}
 	}
-	key = b.String()
+	for i := range out.selectors {
+		out.selectors[i].mayBe = deny
+	}
+	out.nodes = nodes
+	out.all = out.blocks != nil && len(out.selectors) == 0 && len(nodes) == 0 && isEverything(out.blocks)
+	key = peerKey("", asNP) + nodeKey.String()
 	if deny && len(out.selectors) > 0 {
 		key = "deny:" + key // not the set of the same selectors in other rules
 	}

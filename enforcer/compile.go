@@ -519,6 +519,40 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	c.putChain(chainSortKey(2, pd.key, d), chain)
 }
 
+// clearBitsRule starts every pod chain: our bits are set by our policy
+// and tier chains alone.
+func (c *Compiler) clearBitsRule() nft.Rule {
+	return nft.Rule{Exprs: []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}}, Comment: "only our policy chains may set our bits"}
+}
+
+// allowedReturn is a pod chain's "allowed": our bit set by a chain it
+// jumped to, cleared before the packet goes on.
+func (c *Compiler) allowedReturn() []nft.Expr {
+	return []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}}
+}
+
+// adminTierRules enter a pod's Admin tier chains, if it has them, and
+// return at once for what they accepted (see clusterRules).
+func (c *Compiler) adminTierRules(tiers podTiers) []nft.Rule {
+	if tiers.admin == nil {
+		return nil
+	}
+	out := tiers.admin.enter(nft.Jump, "the admin tier first")
+	if tiers.admin.accepts {
+		out = append(out, nft.Rule{Exprs: c.allowedReturn(), Comment: "accepted by the admin tier: clear our bits and go on"})
+	}
+	return out
+}
+
+// baselineTierRules end a pod chain where no NetworkPolicy isolates the
+// pod: the Baseline tier decides, and its end allows.
+func baselineTierRules(tiers podTiers) []nft.Rule {
+	if tiers.baseline == nil {
+		return nil
+	}
+	return tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed")
+}
+
 // selfRules let a pod reach itself, through a Service (see podChain).
 func (c *Compiler) selfRules(pd *pod, d direction) []nft.Rule {
 	if c.unsettled[pd.key] != nil {
@@ -555,11 +589,7 @@ func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
 // follows as above when a policy isolates the pod, and otherwise the
 // Baseline tier's chain, whose end is the default: allowed.
 func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, tiers podTiers, flowID string) *nft.Chain {
-	ch := &nft.Chain{Name: name}
-	ch.Rules = append(ch.Rules, nft.Rule{
-		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
-		Comment: "only our policy chains may set our bits",
-	})
+	ch := &nft.Chain{Name: name, Rules: []nft.Rule{c.clearBitsRule()}}
 	selfRules := c.selfRules(pd, d)
 	if tiers != (podTiers{}) {
 		// A pod reaching itself is not subject to ClusterNetworkPolicy,
@@ -567,19 +597,9 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		ch.Rules = append(ch.Rules, selfRules...)
 		selfRules = nil
 	}
-	if tiers.admin != nil {
-		ch.Rules = append(ch.Rules, tiers.admin.enter(nft.Jump, "the admin tier first")...)
-		if tiers.admin.accepts {
-			ch.Rules = append(ch.Rules, nft.Rule{
-				Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
-				Comment: "accepted by the admin tier: clear our bits and go on",
-			})
-		}
-	}
+	ch.Rules = append(ch.Rules, c.adminTierRules(tiers)...)
 	if len(policyChains) == 0 && !pd.quarantined {
-		if tiers.baseline != nil {
-			ch.Rules = append(ch.Rules, tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed")...)
-		}
+		ch.Rules = append(ch.Rules, baselineTierRules(tiers)...)
 		return ch
 	}
 	if len(policyChains) > 0 {
@@ -587,7 +607,7 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 			ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
 		}
 		ch.Rules = append(ch.Rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
+			Exprs:   c.allowedReturn(),
 			Comment: "allowed: clear our bits and go on",
 		})
 	}

@@ -53,29 +53,16 @@ func (c *Compiler) refreshNodeChain(pd *pod, tiers podTiers, npIsolated bool, ch
 	} else {
 		name = c.acquireChainName("node-egress", pd.namespace, pd.name)
 	}
-	chain := &nft.Chain{Name: name, Rules: []nft.Rule{{
-		Exprs:   []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask}},
-		Comment: "only our policy chains may set our bits",
-	}}}
-	if tiers.admin != nil {
-		chain.Rules = append(chain.Rules, tiers.admin.enter(nft.Jump, "the admin tier first")...)
-		if tiers.admin.accepts {
-			chain.Rules = append(chain.Rules, nft.Rule{
-				Exprs:   []nft.Expr{nft.MarkBitsSet{Bits: c.bit}, nft.SetMark{Clear: c.opts.MarkMask}, nft.Verdict{Kind: nft.Return}},
-				Comment: "accepted by the admin tier: clear our bits and go on",
-			})
-		}
-	}
-	switch {
-	case npIsolated && !pd.quarantined:
+	chain := &nft.Chain{Name: name, Rules: append([]nft.Rule{c.clearBitsRule()}, c.adminTierRules(tiers)...)}
+	if npIsolated && !pd.quarantined {
 		// A quarantined pod's true policies are not known: the
 		// baseline's Denies may be its, and apply.
 		chain.Rules = append(chain.Rules, nft.Rule{
 			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Return}},
 			Comment: truncateComment(fmt.Sprintf("%s: NetworkPolicy isolates it and always allows its own node", pd.key)),
 		})
-	case tiers.baseline != nil:
-		chain.Rules = append(chain.Rules, tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed")...)
+	} else {
+		chain.Rules = append(chain.Rules, baselineTierRules(tiers)...)
 	}
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, chain.Rules, nft.Rule.Equal) {
 		return
