@@ -509,14 +509,6 @@ func patchList[T metav1.Object](list []T, pending map[string]metav1.Object, inva
 	return out
 }
 
-// sortByName sorts objects by namespace, then name, as a Snapshot's lists
-// are.
-func sortByName[T metav1.Object](objs []T) {
-	slices.SortFunc(objs, func(a, b T) int {
-		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
-	})
-}
-
 // Watch sends a Snapshot now and another after changes, until ctx ends;
 // then it closes the channel. Call it after Start. It does not wait for
 // more changes: the receiver coalesces (enforcer.Syncer.Run, the one

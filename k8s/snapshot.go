@@ -93,14 +93,11 @@ type UnsettledPod struct {
 // asks, for builders of snapshots (sources, tests, benchmarks). It sorts in
 // place: call it before handing the Snapshot out.
 func (s *Snapshot) Sort() {
-	byName := func(a, b metav1.Object) int {
-		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
-	}
-	slices.SortFunc(s.Namespaces, func(a, b *corev1.Namespace) int { return byName(a, b) })
-	slices.SortFunc(s.Pods, func(a, b *corev1.Pod) int { return byName(a, b) })
-	slices.SortFunc(s.Nodes, func(a, b *corev1.Node) int { return byName(a, b) })
-	slices.SortFunc(s.Policies, func(a, b *networkingv1.NetworkPolicy) int { return byName(a, b) })
-	slices.SortFunc(s.ClusterPolicies, func(a, b *policyv1beta1.ClusterNetworkPolicy) int { return byName(a, b) })
+	sortByName(s.Namespaces)
+	sortByName(s.Pods)
+	sortByName(s.Nodes)
+	sortByName(s.Policies)
+	sortByName(s.ClusterPolicies)
 	slices.SortFunc(s.Quarantined, func(a, b types.NamespacedName) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
@@ -108,4 +105,12 @@ func (s *Snapshot) Sort() {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	slices.Sort(s.QuarantinedNamespaces)
+}
+
+// sortByName sorts objects by namespace, then name, as a Snapshot's lists
+// are.
+func sortByName[T metav1.Object](objs []T) {
+	slices.SortFunc(objs, func(a, b T) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	})
 }
