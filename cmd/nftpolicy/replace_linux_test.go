@@ -54,39 +54,15 @@ func TestIntegrationRunFileReplaceToKernel(t *testing.T) {
 	for i := range changes {
 		// Quiet before each change, longer than --debounce: each one is an
 		// isolated edit, not part of a burst.
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(enforcer.DefaultDebounce + 50*time.Millisecond)
 		port := strconv.Itoa(8100 + i%800)
 		tmp := filepath.Join(dir, ".policies.yaml.tmp")
 		writeFile(t, tmp, clusterFile(t, "policies.yaml", "endPort: 8080", "endPort: "+port))
-		gen, err := c.Generation()
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		if err := os.Rename(tmp, filepath.Join(dir, "policies.yaml")); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := start.Add(15 * time.Second); ; {
-			g, err := c.Generation()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g != gen {
-				at := time.Since(start)
-				gen = g
-				if strings.Contains(testns.ListTable(t, ns, "nftpolicy"), "8000-"+port) {
-					lat = append(lat, at)
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("change %d (endPort %s) not in the kernel within 15s", i, port)
-			}
-		}
+		lat = append(lat, renameToKernel(t, c, tmp, filepath.Join(dir, "policies.yaml"), func() bool {
+			return strings.Contains(testns.ListTable(t, ns, "nftpolicy"), "8000-"+port)
+		}))
 	}
-	slices.Sort(lat)
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
-	t.Logf("file->kernel: p50=%s p99=%s max=%s ms (%d changes)", ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), len(lat))
+	logLatency(t, "file->kernel", lat)
 }
 
 // replaceAtScale is TestIntegrationRunFileReplaceToKernel on a synthetic
@@ -164,33 +140,48 @@ func replaceAtScale(t *testing.T, size, ns, dir string, changes int) {
 		target.Spec.Ingress[0].Ports[0].Port.IntVal = port
 		tmp := filepath.Join(dir, ".policies-ns-0.yaml.tmp")
 		write(filepath.Base(tmp), policiesOf("ns-0"))
-		gen, err := c.Generation()
+		lat = append(lat, renameToKernel(t, c, tmp, filepath.Join(dir, "policies-ns-0.yaml"), func() bool {
+			return strings.Contains(testns.Nft(t, ns, "", "list", "chain", "inet", "nftpolicy", chain), fmt.Sprintf("dport %d", port))
+		}))
+	}
+	logLatency(t, "file->kernel at "+size, lat)
+}
+
+// renameToKernel renames tmp over dst and returns how long until a commit
+// after which holds reports the change in the kernel. It polls the
+// ruleset generation over netlink, and reads the kernel only after a
+// commit; it never sleeps to wait.
+func renameToKernel(t *testing.T, c *nft.Conn, tmp, dst string, holds func() bool) time.Duration {
+	t.Helper()
+	gen, err := c.Generation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := start.Add(30 * time.Second); ; {
+		g, err := c.Generation()
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
-		if err := os.Rename(tmp, filepath.Join(dir, "policies-ns-0.yaml")); err != nil {
-			t.Fatal(err)
+		if g != gen {
+			at := time.Since(start)
+			gen = g
+			if holds() {
+				return at
+			}
 		}
-		for deadline := start.Add(30 * time.Second); ; {
-			g, err := c.Generation()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g != gen {
-				at := time.Since(start)
-				gen = g
-				if strings.Contains(testns.Nft(t, ns, "", "list", "chain", "inet", "nftpolicy", chain), fmt.Sprintf("dport %d", port)) {
-					lat = append(lat, at)
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("change %d (port %d) not in the kernel within 30s", i, port)
-			}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not in the kernel within 30s", dst)
 		}
 	}
+}
+
+// logLatency logs p50, p99 and the maximum of lat.
+func logLatency(t *testing.T, what string, lat []time.Duration) {
 	slices.Sort(lat)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
-	t.Logf("file->kernel at %s: p50=%s p99=%s max=%s ms (%d changes)", size, ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), len(lat))
+	t.Logf("%s: p50=%s p99=%s max=%s ms (%d changes)", what, ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), len(lat))
 }
