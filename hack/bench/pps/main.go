@@ -41,13 +41,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
-	"os/exec"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +52,7 @@ import (
 	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
+	"github.com/nftpolicy/nftpolicy/hack/bench/internal/flood"
 	"github.com/nftpolicy/nftpolicy/internal/netns"
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/k8s"
@@ -65,42 +60,12 @@ import (
 )
 
 const (
-	node      = "node-1"
-	floodPort = 9999
+	node = "node-1"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "flood" {
-		os.Exit(flood(os.Args[2:]))
-	}
+	flood.Subcommand("pps")
 	os.Exit(run())
-}
-
-// flood sends UDP datagrams to ADDR:PORT for SECONDS from one socket, so
-// one flow, and prints how many it sent.
-func flood(args []string) int {
-	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: pps flood ADDR:PORT SECONDS")
-		return 2
-	}
-	secs, _ := strconv.ParseFloat(args[1], 64)
-	conn, err := net.Dial("udp", args[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	payload := make([]byte, 64)
-	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
-	sent := 0
-	for time.Now().Before(deadline) {
-		for i := 0; i < 256; i++ {
-			if _, err := conn.Write(payload); err == nil {
-				sent++
-			}
-		}
-	}
-	fmt.Println(sent)
-	return 0
 }
 
 type variant struct {
@@ -128,20 +93,9 @@ func run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	src, err1 := c.AddPod(n, "bench", "src")
-	dst, err2 := c.AddPod(n, "bench", "dst")
-	if err := firstErr(err1, err2); err != nil {
+	src, dst, err := flood.Pods(c, n)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if out, err := dst.ExecInput([]byte(fmt.Sprintf(`table inet bench {
-	chain input {
-		type filter hook input priority 0; policy accept;
-		udp dport %d counter drop
-	}
-}
-`, floodPort)), "nft", "-f", "-"); err != nil {
-		fmt.Fprintf(os.Stderr, "receiver counter: %v\n%s", err, out)
 		return 1
 	}
 	conn, err := nft.Open(n.NetnsPath())
@@ -230,7 +184,7 @@ func run() int {
 			// (nf_tables destroys it in a deferred work item) before the
 			// flood competes with it for the CPU.
 			time.Sleep(*settle)
-			got, err := measure(src, dst, *seconds)
+			got, err := flood.Measure(src, dst, *seconds)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "%s: %v\n", v.name, err)
 				return 1
@@ -243,9 +197,9 @@ func run() int {
 
 	fmt.Printf("per-NEW-packet cost: one unanswered UDP flow through the forward hook, %d rounds of %.0fs after a warm-up, medians\n", *rounds, *seconds)
 	fmt.Printf("%-24s %12s %12s %16s\n", "variant", "pps", "vs ct-only", "ns/pkt over ct")
-	base := median(pps["conntrack-only"])
+	base := flood.Median(pps["conntrack-only"])
 	for _, v := range variants {
-		m := median(pps[v.name])
+		m := flood.Median(pps[v.name])
 		fmt.Printf("%-24s %12.0f %11.3fx %16.0f\n", v.name, m, m/base, 1e9/m-1e9/base)
 	}
 	// Counters against the same table without them, flow logs against
@@ -261,7 +215,7 @@ func run() int {
 		for r := range with {
 			ratios[r] = with[r] / without[r]
 		}
-		m := median(ratios)
+		m := flood.Median(ratios)
 		fmt.Printf("%-24s %-24s %11.3fx %15.1f%%\n", v.name, v.vs, m, (1/m-1)*100)
 	}
 	if *withCNP || *cnpOnly {
@@ -281,7 +235,7 @@ const (
 // policies: over conntrack-only, and against the same table without them
 // (no-cnp), round by round.
 func printCNP(pps map[string][]float64) {
-	base := median(pps["conntrack-only"])
+	base := flood.Median(pps["conntrack-only"])
 	without := pps[noCNPVariant]
 	fmt.Printf("\nClusterNetworkPolicy at 1k NetworkPolicies (no-cnp: %q)\n", noCNPVariant)
 	fmt.Printf("%-12s %10s %16s %16s %18s\n", "variant", "pps", "ns/pkt over ct", "pps vs no-cnp", "ns/pkt vs no-cnp")
@@ -291,48 +245,10 @@ func printCNP(pps map[string][]float64) {
 		for r := range with {
 			ratios[r] = with[r] / without[r]
 		}
-		m, ratio := median(with), median(ratios)
+		m, ratio := flood.Median(with), flood.Median(ratios)
 		// pps ratio r is a time-per-packet ratio of 1/r.
 		fmt.Printf("%-12s %10.0f %16.0f %15.3fx %17.3fx\n", v.label, m, 1e9/m-1e9/base, ratio, 1/ratio)
 	}
-}
-
-// measure floods dst from src and returns the packets per second that
-// reached dst.
-func measure(src, dst *netns.Pod, seconds float64) (float64, error) {
-	before, err := received(dst)
-	if err != nil {
-		return 0, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return 0, err
-	}
-	target := netip.AddrPortFrom(dst.IPv4(), floodPort).String()
-	out, err := exec.Command("ip", "netns", "exec", src.NetnsName(), self, "flood", target, fmt.Sprint(seconds)).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("flood: %v: %s", err, out)
-	}
-	after, err := received(dst)
-	if err != nil {
-		return 0, err
-	}
-	// The sender floods for exactly seconds; its start-up is outside that.
-	return float64(after-before) / seconds, nil
-}
-
-var counterRE = regexp.MustCompile(`counter packets (\d+)`)
-
-func received(dst *netns.Pod) (int, error) {
-	out, err := dst.Exec("nft", "list", "table", "inet", "bench")
-	if err != nil {
-		return 0, fmt.Errorf("%v: %s", err, out)
-	}
-	m := counterRE.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("no counter in %s", out)
-	}
-	return strconv.Atoi(string(m[1]))
 }
 
 // benchSnapshot is a scale cluster plus the two bench pods, the receiver
@@ -358,7 +274,7 @@ func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int, flowLog b
 		})
 	}
 	udp := corev1.ProtocolUDP
-	port := intstr.FromInt32(floodPort)
+	port := intstr.FromInt32(flood.Port)
 	snap.Policies = append(snap.Policies, &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "allow-flood"},
 		Spec: networkingv1.NetworkPolicySpec{
@@ -532,22 +448,4 @@ func (tableStats) receiverAdmin(t *nft.Table, dst *netns.Pod) int {
 		}
 	}
 	return -1
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
 }

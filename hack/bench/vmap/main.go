@@ -26,58 +26,26 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nftpolicy/nftpolicy/hack/bench/internal/flood"
 	"github.com/nftpolicy/nftpolicy/internal/netns"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
 const (
-	floodPort = 9999
 	table     = "vmapbench"
 	firstPort = 10000
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "flood" {
-		os.Exit(flood(os.Args[2:]))
-	}
+	flood.Subcommand("vmap")
 	os.Exit(run())
-}
-
-// flood sends 64-byte UDP datagrams to ADDR:PORT for SECONDS from one
-// socket (one flow) and prints how many went.
-func flood(args []string) int {
-	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: vmap flood ADDR:PORT SECONDS")
-		return 2
-	}
-	secs, _ := strconv.ParseFloat(args[1], 64)
-	conn, err := net.Dial("udp", args[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	payload := make([]byte, 64)
-	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
-	sent := 0
-	for time.Now().Before(deadline) {
-		for range 256 {
-			if _, err := conn.Write(payload); err == nil {
-				sent++
-			}
-		}
-	}
-	fmt.Println(sent)
-	return 0
 }
 
 func run() int {
@@ -107,20 +75,9 @@ func run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	src, err1 := c.AddPod(node, "bench", "src")
-	dst, err2 := c.AddPod(node, "bench", "dst")
-	if err := firstErr(err1, err2); err != nil {
+	src, dst, err := flood.Pods(c, node)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if out, err := dst.ExecInput([]byte(fmt.Sprintf(`table inet bench {
-	chain input {
-		type filter hook input priority 0; policy accept;
-		udp dport %d counter drop
-	}
-}
-`, floodPort)), "nft", "-f", "-"); err != nil {
-		fmt.Fprintf(os.Stderr, "receiver counter: %v\n%s", err, out)
 		return 1
 	}
 	conn, err := nft.Open(node.NetnsPath())
@@ -147,7 +104,7 @@ func run() int {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", v.name, err)
 			return 1
 		}
-		res, err := nft.Trace(v.table, "filter-forward", nft.Packet{Src: src.IPv4(), Dst: dst.IPv4(), Proto: nft.ProtoUDP, Dport: floodPort})
+		res, err := nft.Trace(v.table, "filter-forward", nft.Packet{Src: src.IPv4(), Dst: dst.IPv4(), Proto: nft.ProtoUDP, Dport: flood.Port})
 		if err != nil || res.Verdict != nft.Accept {
 			fmt.Fprintf(os.Stderr, "%s: the flood would not pass: %+v, %v\n", v.name, res, err)
 			return 1
@@ -166,7 +123,7 @@ func run() int {
 				return 1
 			}
 			time.Sleep(*settle)
-			got, err := measure(src, dst, *seconds)
+			got, err := flood.Measure(src, dst, *seconds)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "%s: %v\n", v.name, err)
 				return 1
@@ -183,7 +140,7 @@ func run() int {
 		for i := range r {
 			r[i] = pps[a][i] / pps[b][i]
 		}
-		return median(r)
+		return flood.Median(r)
 	}
 	fmt.Printf("one unanswered UDP flow through the forward hook, %d rounds of %.0fs after a warm-up; medians of per-round ratios\n", *rounds, *seconds)
 	fmt.Printf("%-12s %14s\n", "variant", "pps vs empty")
@@ -257,57 +214,4 @@ func vmapTable(peers []netip.Prefix, n int) *nft.Table {
 	t := base([]nft.Rule{{Exprs: []nft.Expr{nft.AddrProtoPortVmap{Family: nft.IPv4, Field: nft.Saddr, Map: "m"}}}})
 	t.Sets = []*nft.Set{m}
 	return t
-}
-
-func measure(src, dst *netns.Pod, seconds float64) (float64, error) {
-	before, err := received(dst)
-	if err != nil {
-		return 0, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return 0, err
-	}
-	target := netip.AddrPortFrom(dst.IPv4(), floodPort).String()
-	out, err := exec.Command("ip", "netns", "exec", src.NetnsName(), self, "flood", target, fmt.Sprint(seconds)).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("flood: %v: %s", err, out)
-	}
-	after, err := received(dst)
-	if err != nil {
-		return 0, err
-	}
-	return float64(after-before) / seconds, nil
-}
-
-var counterRE = regexp.MustCompile(`counter packets (\d+)`)
-
-func received(dst *netns.Pod) (int, error) {
-	out, err := dst.Exec("nft", "list", "table", "inet", "bench")
-	if err != nil {
-		return 0, fmt.Errorf("%v: %s", err, out)
-	}
-	m := counterRE.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("no counter in %s", out)
-	}
-	return strconv.Atoi(string(m[1]))
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
 }
