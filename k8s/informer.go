@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -48,15 +47,20 @@ type Informers struct {
 	infs    []cache.SharedIndexInformer // namespaces, pods, nodes, policies
 	changed chan struct{}               // capacity 1: "something changed since the last Snapshot"
 
-	mu      sync.Mutex
-	invalid map[types.UID]bool // objects the API server accepted but Admit rejects
-	// pending holds, per informer of infs, the objects its events
-	// changed since the last Snapshot, by namespace/name (nil: deleted).
-	// The next Snapshot patches last's sorted lists with them instead of
-	// listing and sorting every object again: an event costs a copy of
-	// its kind's list, not a sort of every kind (10k pods sorted again for
-	// a policy edit was most of a Snapshot).
-	pending [4]map[string]metav1.Object
+	mu sync.Mutex
+	// invalid holds the transformed objects the API server accepted but
+	// Admit rejects. It is keyed by the object the cache stores, a version,
+	// not by UID: an invalid version followed by a valid one is transformed
+	// (when queued) before the invalid one is stored, and a flag per UID
+	// would pass the stored invalid version as valid meanwhile.
+	invalid map[any]bool
+	// pending holds, per informer of infs, the cache keys of the objects
+	// its events changed since the last Snapshot. The next Snapshot
+	// patches last's sorted lists with what the cache holds for them now
+	// instead of listing and sorting every object again: an event costs a
+	// copy of its kind's list, not a sort of every kind (10k pods sorted
+	// again for a policy edit was most of a Snapshot).
+	pending [4]map[string]bool
 	last    *Snapshot
 
 	health health
@@ -120,7 +124,7 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		log:       opts.Log,
 		server:    opts.Server,
 		changed:   make(chan struct{}, 1),
-		invalid:   map[types.UID]bool{},
+		invalid:   map[any]bool{},
 		policy:    opts.Policy,
 		discovery: client.Discovery(),
 		cnpCheck:  opts.ClusterPolicyCheck,
@@ -160,22 +164,25 @@ func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Durati
 	_ = inf.SetTransform(in.transform)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			in.markPending(kind, obj, false)
+			in.markPending(kind, obj)
 			in.notify()
 		},
 		UpdateFunc: func(oldObj, newObj any) {
+			if oldObj != newObj {
+				in.forget(oldObj) // no longer stored
+			}
 			// A resync (the same object replayed) or an update of a field
 			// the compiler does not read (transform drops those: a pod's
 			// conditions, a node's heartbeat) compares equal and costs
 			// nothing.
 			if !equalIgnoringVersion(oldObj, newObj) {
-				in.markPending(kind, newObj, false)
+				in.markPending(kind, newObj)
 				in.notify()
 			}
 		},
 		DeleteFunc: func(obj any) {
-			in.onDelete(obj)
-			in.markPending(kind, obj, true)
+			in.forget(obj)
+			in.markPending(kind, obj)
 			in.notify()
 		},
 	})
@@ -337,9 +344,7 @@ func (in *Informers) stopClusterPolicies() {
 	<-c.done
 	in.mu.Lock()
 	for _, obj := range c.inf.GetStore().List() {
-		if o, ok := obj.(metav1.Object); ok {
-			delete(in.invalid, o.GetUID())
-		}
+		delete(in.invalid, obj)
 	}
 	in.mu.Unlock()
 	// Its list and watch fail with 404 until it is stopped: that is no
@@ -410,33 +415,33 @@ func (in *Informers) Snapshot() *Snapshot {
 	// one's lists with the objects events changed (see pending).
 	snap := &Snapshot{}
 	if last := in.last; last != nil {
-		snap.Namespaces = patchList(last.Namespaces, in.pending[0], in.invalid)
-		snap.Pods = patchList(last.Pods, in.pending[1], in.invalid)
-		snap.Nodes = patchList(last.Nodes, in.pending[2], in.invalid)
-		snap.Policies = patchList(last.Policies, in.pending[3], in.invalid)
+		snap.Namespaces = patchList(last.Namespaces, in.pending[0], in.infs[0].GetStore(), in.invalid)
+		snap.Pods = patchList(last.Pods, in.pending[1], in.infs[1].GetStore(), in.invalid)
+		snap.Nodes = patchList(last.Nodes, in.pending[2], in.infs[2].GetStore(), in.invalid)
+		snap.Policies = patchList(last.Policies, in.pending[3], in.infs[3].GetStore(), in.invalid)
 	}
-	in.pending = [4]map[string]metav1.Object{}
+	in.pending = [4]map[string]bool{}
 	if in.last == nil {
 		for _, obj := range in.infs[0].GetStore().List() {
-			if o, ok := obj.(*corev1.Namespace); ok && !in.invalid[o.UID] {
+			if o, ok := obj.(*corev1.Namespace); ok && !in.invalid[obj] {
 				snap.Namespaces = append(snap.Namespaces, o)
 			}
 		}
 		sortByName(snap.Namespaces)
 		for _, obj := range in.infs[1].GetStore().List() {
-			if o, ok := obj.(*corev1.Pod); ok && !in.invalid[o.UID] {
+			if o, ok := obj.(*corev1.Pod); ok && !in.invalid[obj] {
 				snap.Pods = append(snap.Pods, o)
 			}
 		}
 		sortByName(snap.Pods)
 		for _, obj := range in.infs[2].GetStore().List() {
-			if o, ok := obj.(*corev1.Node); ok && !in.invalid[o.UID] {
+			if o, ok := obj.(*corev1.Node); ok && !in.invalid[obj] {
 				snap.Nodes = append(snap.Nodes, o)
 			}
 		}
 		sortByName(snap.Nodes)
 		for _, obj := range in.infs[3].GetStore().List() {
-			if o, ok := obj.(*networkingv1.NetworkPolicy); ok && !in.invalid[o.UID] {
+			if o, ok := obj.(*networkingv1.NetworkPolicy); ok && !in.invalid[obj] {
 				snap.Policies = append(snap.Policies, o)
 			}
 		}
@@ -446,7 +451,7 @@ func (in *Informers) Snapshot() *Snapshot {
 	// installed later) is left out until its first list is in.
 	if cnp != nil {
 		for _, obj := range cnp.inf.GetStore().List() {
-			if o, ok := obj.(*policyv1beta1.ClusterNetworkPolicy); ok && !in.invalid[o.UID] {
+			if o, ok := obj.(*policyv1beta1.ClusterNetworkPolicy); ok && !in.invalid[obj] {
 				snap.ClusterPolicies = append(snap.ClusterPolicies, o)
 			}
 		}
@@ -458,50 +463,47 @@ func (in *Informers) Snapshot() *Snapshot {
 
 // markPending notes an object an event of informer kind changed, or
 // deleted (see pending).
-func (in *Informers) markPending(kind int, obj any, deleted bool) {
+func (in *Informers) markPending(kind int, obj any) {
 	if kind < 0 {
 		return
 	}
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	o, ok := obj.(metav1.Object)
-	if !ok {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
 		return
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.pending[kind] == nil {
-		in.pending[kind] = map[string]metav1.Object{}
+		in.pending[kind] = map[string]bool{}
 	}
-	if deleted {
-		o = nil
-	}
-	in.pending[kind][objKeyOf(obj.(metav1.Object))] = o // nil: deleted
+	in.pending[kind][key] = true
 }
-
-func objKeyOf(o metav1.Object) string { return o.GetNamespace() + "/" + o.GetName() }
 
 // patchList returns list, sorted by namespace and name, with each pending
 // object in place of the one of its name (left out when deleted or
 // invalid). list itself, which an earlier Snapshot holds, is not changed.
-func patchList[T metav1.Object](list []T, pending map[string]metav1.Object, invalid map[types.UID]bool) []T {
-	if len(pending) == 0 {
+func patchList[T metav1.Object](list []T, changed map[string]bool, store cache.Store, invalid map[any]bool) []T {
+	if len(changed) == 0 {
 		return list
 	}
 	out := slices.Clone(list)
 	cmpKey := func(o T, k [2]string) int {
 		return cmp.Or(cmp.Compare(o.GetNamespace(), k[0]), cmp.Compare(o.GetName(), k[1]))
 	}
-	for key, o := range pending {
-		ns, name, _ := strings.Cut(key, "/")
-		k := [2]string{ns, name}
-		i, found := slices.BinarySearchFunc(out, k, cmpKey)
+	for key := range changed {
+		ns, name, err := cache.SplitMetaNamespaceKey(key)
+		if err != nil {
+			continue // no key we made
+		}
+		i, found := slices.BinarySearchFunc(out, [2]string{ns, name}, cmpKey)
 		if found {
 			out = slices.Delete(out, i, i+1)
 		}
-		t, ok := o.(T)
-		if o == nil || !ok || invalid[t.GetUID()] {
+		// What the cache holds now, judged by the validity recorded for
+		// it: the same pair a full listing reads.
+		obj, exists, err := store.GetByKey(key)
+		t, ok := obj.(T)
+		if err != nil || !exists || !ok || invalid[obj] {
 			continue
 		}
 		out = slices.Insert(out, i, t)
@@ -549,17 +551,15 @@ func (in *Informers) notify() {
 	}
 }
 
-// onDelete forgets that a deleted object was invalid; its handler then
-// marks the list dirty and notifies.
-func (in *Informers) onDelete(obj any) {
+// forget drops what invalid holds of an object the cache no longer
+// stores: replaced by a newer version, or deleted.
+func (in *Informers) forget(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	if o, ok := obj.(metav1.Object); ok {
-		in.mu.Lock()
-		delete(in.invalid, o.GetUID())
-		in.mu.Unlock()
-	}
+	in.mu.Lock()
+	delete(in.invalid, obj)
+	in.mu.Unlock()
 }
 
 // watchError replaces client-go's default handler, which would print each
@@ -870,13 +870,11 @@ func (in *Informers) transform(obj any) (any, error) {
 		return obj, nil
 	}
 	errs := Admit(slim)
-	in.mu.Lock()
 	if len(errs) > 0 {
-		in.invalid[slim.GetUID()] = true
-	} else {
-		delete(in.invalid, slim.GetUID())
+		in.mu.Lock()
+		in.invalid[slim] = true // the very value the cache will store
+		in.mu.Unlock()
 	}
-	in.mu.Unlock()
 	if len(errs) > 0 {
 		in.log.Warn("skipped an API object",
 			NameField("object", objectName(kind, slim.GetNamespace(), slim.GetName())),
@@ -956,8 +954,14 @@ func slimNode(n *corev1.Node) *corev1.Node {
 }
 
 // equalIgnoringVersion compares two transformed objects of one kind,
-// ignoring metadata.resourceVersion.
+// ignoring metadata.resourceVersion: their identity (sameIdentity) and the
+// fields the compiler reads.
 func equalIgnoringVersion(a, b any) bool {
+	ma, okA := a.(metav1.Object)
+	mb, okB := b.(metav1.Object)
+	if !okA || !okB || !sameIdentity(ma, mb) {
+		return false
+	}
 	switch a := a.(type) {
 	case *corev1.Namespace:
 		b, ok := b.(*corev1.Namespace)
@@ -979,6 +983,16 @@ func equalIgnoringVersion(a, b any) bool {
 		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) && equality.Semantic.DeepEqual(a.Spec, b.Spec)
 	}
 	return false
+}
+
+// sameIdentity reports whether a and b are the same object at the same
+// stage of its life, as the compiler reads them: a pod deleted and made
+// again under its name (a new UID, a new creation time), or one that
+// began terminating, is a change.
+func sameIdentity(a, b metav1.Object) bool {
+	da, db := a.GetDeletionTimestamp(), b.GetDeletionTimestamp()
+	ca, cb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	return a.GetUID() == b.GetUID() && ca.Equal(&cb) && da.Equal(db)
 }
 
 // NewPolicyClient returns a client of policy.networking.k8s.io

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
 // startFake starts Informers on a fake clientset holding objs and returns
@@ -470,37 +471,36 @@ func TestInformersHealthRecovers(t *testing.T) {
 	}
 }
 
-// patchList keeps a Snapshot's list what listing and sorting the store
+// patchList keeps a Snapshot's list what listing and sorting the cache
 // would give, through random adds, updates, deletes and invalid objects,
 // and never changes the list it patches (an earlier Snapshot holds it).
 func TestPatchListMatchesListing(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	store := map[string]*corev1.Pod{}
-	invalid := map[types.UID]bool{}
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	invalid := map[any]bool{}
 	var list []*corev1.Pod
 	for step := range 2000 {
-		pending := map[string]metav1.Object{}
+		changed := map[string]bool{}
 		for range 1 + r.IntN(5) {
 			ns, name := fmt.Sprintf("ns-%d", r.IntN(4)), fmt.Sprintf("p-%d", r.IntN(30))
-			key := ns + "/" + name
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("%s/%s-%d", ns, name, step))}}
+			changed[ns+"/"+name] = true
 			if r.IntN(3) == 0 {
-				delete(store, key)
-				pending[key] = nil
+				_ = store.Delete(p)
 				continue
 			}
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("%s-%d", key, step))}}
-			invalid[p.UID] = r.IntN(8) == 0
-			store[key] = p
-			pending[key] = p
+			invalid[p] = r.IntN(8) == 0
+			_ = store.Update(p)
 		}
 		before := slices.Clone(list)
-		next := patchList(list, pending, invalid)
+		next := patchList(list, changed, store, invalid)
 		if !slices.Equal(list, before) {
 			t.Fatalf("step %d: patchList changed the list it was given", step)
 		}
 		var want []*corev1.Pod
-		for _, p := range store {
-			if !invalid[p.UID] {
+		for _, o := range store.List() {
+			if !invalid[o] {
+				p := o.(*corev1.Pod)
 				want = append(want, p)
 			}
 		}
