@@ -242,8 +242,14 @@ func (l *dirLoop) step(now time.Time) (DirUpdate, bool) {
 	if l.swapped {
 		l.swapped = false
 		for _, name := range l.names(listed) {
-			if l.pending[name] == nil {
+			switch p := l.pending[name]; {
+			case p == nil:
 				l.pending[name] = &pendingFile{since: now, heard: true, atomic: true}
+			case !p.writing && l.isLink(name):
+				// Caught by an earlier read between the new target's
+				// making and the swap, it waited for a quiet interval;
+				// the swap is what completes it.
+				p.since, p.heard, p.atomic, p.read = now, true, true, false
 			}
 		}
 	}
