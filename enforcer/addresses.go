@@ -253,7 +253,7 @@ func (c *Compiler) syncUnsettled(list []k8s.UnsettledPod) []objKey {
 // no address). The source quarantines such a pod, so it is isolated both
 // ways with nothing allowed and selected by nothing; an address another
 // pod holds stays that pod's (claim.outranks).
-func (c *Compiler) placed(k objKey, p *corev1.Pod) *corev1.Pod {
+func (c *Compiler) placed(k objKey, p *k8s.Pod) *k8s.Pod {
 	u := c.unsettled[k]
 	if u == nil {
 		return p
@@ -269,7 +269,6 @@ func (c *Compiler) placed(k objKey, p *corev1.Pod) *corev1.Pod {
 	default:
 		q.Spec.NodeName = ""
 	}
-	q.Status.PodIP = ""
 	q.Status.PodIPs = nil
 	for _, ip := range u.IPs {
 		q.Status.PodIPs = append(q.Status.PodIPs, corev1.PodIP{IP: ip})

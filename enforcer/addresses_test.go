@@ -14,30 +14,29 @@ import (
 )
 
 // withAddressOf gives a pod the addresses of another pod of the IP plan.
-func withAddressOf(ns, name string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
+func withAddressOf(ns, name string) func(*k8s.Pod) {
+	return func(p *k8s.Pod) {
 		v4, v6 := podIPs(ns, name)
-		p.Status.PodIP = v4.String()
 		p.Status.PodIPs = []corev1.PodIP{{IP: v4.String()}, {IP: v6.String()}}
 	}
 }
 
-func createdAt(sec int64) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(time.Unix(sec, 0)) }
+func createdAt(sec int64) func(*k8s.Pod) {
+	return func(p *k8s.Pod) { p.CreationTimestamp = metav1.NewTime(time.Unix(sec, 0)) }
 }
 
-func onNode(n string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { p.Spec.NodeName = n }
+func onNode(n string) func(*k8s.Pod) {
+	return func(p *k8s.Pod) { p.Spec.NodeName = n }
 }
 
-func terminating(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Unix(2e9, 0)} }
+func terminating(p *k8s.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Unix(2e9, 0)} }
 
-func labelled(k, v string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { p.Labels[k] = v }
+func labelled(k, v string) func(*k8s.Pod) {
+	return func(p *k8s.Pod) { p.Labels[k] = v }
 }
 
 // withPod returns snap with one more pod, sorted in.
-func withPod(snap *k8s.Snapshot, p *corev1.Pod) *k8s.Snapshot {
+func withPod(snap *k8s.Snapshot, p *k8s.Pod) *k8s.Snapshot {
 	out := *snap
 	out.Pods = append(slices.Clone(snap.Pods), p)
 	out.Sort()
@@ -46,7 +45,7 @@ func withPod(snap *k8s.Snapshot, p *corev1.Pod) *k8s.Snapshot {
 
 func withoutPod(snap *k8s.Snapshot, ns, name string) *k8s.Snapshot {
 	out := *snap
-	out.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == name })
+	out.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *k8s.Pod) bool { return p.Namespace == ns && p.Name == name })
 	return &out
 }
 
@@ -63,28 +62,28 @@ func TestDuplicateAddressOnePodWins(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		name       string
-		old, new   []func(*corev1.Pod)
+		old, new   []func(*k8s.Pod)
 		wantWinner string // "x/a" or "x/new"
 		why        string
 		remote     bool // x/new is on another node: not isolated here once it has the address
 	}{
 		{"the pod that is not terminating wins, though older",
-			[]func(*corev1.Pod){createdAt(200), terminating}, []func(*corev1.Pod){createdAt(100)}, "x/new", "not terminating", false},
+			[]func(*k8s.Pod){createdAt(200), terminating}, []func(*k8s.Pod){createdAt(100)}, "x/new", "not terminating", false},
 		{"otherwise the newer pod wins",
-			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(200)}, "x/new", "newer", false},
+			[]func(*k8s.Pod){createdAt(100)}, []func(*k8s.Pod){createdAt(200)}, "x/new", "newer", false},
 		{"a newer pod wins over an older one also when both terminate",
-			[]func(*corev1.Pod){createdAt(200), terminating}, []func(*corev1.Pod){createdAt(100), terminating}, "x/a", "newer", false},
+			[]func(*k8s.Pod){createdAt(200), terminating}, []func(*k8s.Pod){createdAt(100), terminating}, "x/a", "newer", false},
 		{"a pod of this node wins over a newer pod of another node",
-			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(200), onNode("node-2")}, "x/a", "on this node", true},
+			[]func(*k8s.Pod){createdAt(100)}, []func(*k8s.Pod){createdAt(200), onNode("node-2")}, "x/a", "on this node", true},
 		{"same age: the first by name, only to be deterministic",
-			[]func(*corev1.Pod){createdAt(100)}, []func(*corev1.Pod){createdAt(100)}, "x/a", "first by name", false},
+			[]func(*k8s.Pod){createdAt(100)}, []func(*k8s.Pod){createdAt(100)}, "x/a", "first by name", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := *base
 			snap.Pods = slices.Clone(base.Pods)
-			i := slices.IndexFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == "x" && p.Name == "a" })
+			i := slices.IndexFunc(snap.Pods, func(p *k8s.Pod) bool { return p.Namespace == "x" && p.Name == "a" })
 			snap.Pods[i] = testPod("x", "a", tc.old...)
-			both := withPod(&snap, testPod("x", "new", append([]func(*corev1.Pod){withAddressOf("x", "a"), labelled("pod", "new")}, tc.new...)...))
+			both := withPod(&snap, testPod("x", "new", append([]func(*k8s.Pod){withAddressOf("x", "a"), labelled("pod", "new")}, tc.new...)...))
 
 			inc := NewCompiler(Options{Node: testNode})
 			table, problems := inc.Compile(both, -5)
@@ -135,7 +134,7 @@ func TestDuplicateAddressPeers(t *testing.T) {
 	// from-a selects every pod of z and allows pod=a of z only: move x/a
 	// into z's selection by making the peer namespace-wide.
 	snap.Policies[0].Spec.Ingress[0].From[0].NamespaceSelector = &metav1.LabelSelector{}
-	i := slices.IndexFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == "x" && p.Name == "a" })
+	i := slices.IndexFunc(snap.Pods, func(p *k8s.Pod) bool { return p.Namespace == "x" && p.Name == "a" })
 	snap.Pods[i] = testPod("x", "a", terminating)
 	table, _ := Compile(snap, Options{Node: testNode})
 	if !tracePods(t, table, "x/a", "z/b") {

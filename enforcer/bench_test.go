@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -78,7 +76,7 @@ func labelChange(namespaces, policiesPerNS int) (base, changed *k8s.Snapshot) {
 	base = scale.Cluster(namespaces, 100, policiesPerNS, 100, testNode, false)
 	next := *base
 	next.Pods = slices.Clone(base.Pods)
-	i := slices.IndexFunc(base.Pods, func(p *corev1.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
+	i := slices.IndexFunc(base.Pods, func(p *k8s.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
 	p := base.Pods[i].DeepCopy()
 	p.Labels["tier"] = "tier-1"
 	next.Pods[i] = p

@@ -96,7 +96,6 @@ func rollout(i int) func(*k8s.Snapshot) *k8s.Snapshot {
 		p := s.Pods[i].DeepCopy()
 		v4 := netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})
 		p.Status.PodIPs = []corev1.PodIP{{IP: v4.String()}}
-		p.Status.PodIP = v4.String()
 		next.Pods[i] = p
 		return &next
 	}

@@ -130,7 +130,7 @@ type Compiler struct {
 
 	// The snapshot lists last walked (see walkChanges).
 	nsList     []*corev1.Namespace
-	podList    []*corev1.Pod
+	podList    []*k8s.Pod
 	policyList []*networkingv1.NetworkPolicy
 
 	namespaces    map[string]labels.Set // with the name label the API server always sets

@@ -369,7 +369,7 @@ var compileCases = []compileCase{
 				case "z/b":
 					p.Status.Phase = corev1.PodSucceeded // never a peer
 				case "z/c":
-					p.Status.PodIP, p.Status.PodIPs = "", nil
+					p.Status.PodIPs = nil
 				}
 			}
 			return s

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +40,7 @@ func namespace(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"ns": name}}}
 }
 
-func testPod(ns, name string, tweaks ...func(*corev1.Pod)) *corev1.Pod {
+func testPod(ns, name string, tweaks ...func(*k8s.Pod)) *k8s.Pod {
 	v4, v6 := podIPs(ns, name)
 	var ports []corev1.ContainerPort
 	for _, port := range []int32{80, 81} {
@@ -63,10 +64,12 @@ func testPod(ns, name string, tweaks ...func(*corev1.Pod)) *corev1.Pod {
 			PodIPs: []corev1.PodIP{{IP: v4.String()}, {IP: v6.String()}},
 		},
 	}
+	rec := k8s.NewPod(p)
+	rec.Labels = maps.Clone(rec.Labels) // its own: tweaks edit it
 	for _, t := range tweaks {
-		t(p)
+		t(rec)
 	}
-	return p
+	return rec
 }
 
 // cluster returns the 3×3 test cluster plus the given policies.

@@ -375,7 +375,7 @@ func fuzzPodAddrs(i int) (netip.Addr, netip.Addr) {
 	return netip.MustParseAddr(fmt.Sprintf("10.0.%d.%d", i%2, i+1)), netip.MustParseAddr(fmt.Sprintf("fd00::%x:%x", i%2, i+1))
 }
 
-func genPod(c *fuzzChoices, i int, before []*corev1.Pod) *corev1.Pod {
+func genPod(c *fuzzChoices, i int, before []*k8s.Pod) *k8s.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pick(c, fuzzNamespaces...), Name: fmt.Sprintf("p%d", i)},
 		Spec:       corev1.PodSpec{NodeName: testNode},
@@ -447,7 +447,7 @@ func genPod(c *fuzzChoices, i int, before []*corev1.Pod) *corev1.Pod {
 			p.Status.PodIPs = nil // only podIP, as older manifests have it
 		}
 	}
-	return p
+	return k8s.NewPod(p)
 }
 
 func genPolicy(c *fuzzChoices, i int) *networkingv1.NetworkPolicy {
@@ -637,7 +637,7 @@ func nodeLabelValues(key string) []string {
 // network that no pod holds (10.0.0.200, fd00::c8), a pod's address, an
 // outside one, or an IP typed as Hostname, which the nodes peer matches
 // all the same (it matches every address that parses as an IP).
-func genNodes(c *fuzzChoices, nodes []*corev1.Node, pods []*corev1.Pod) {
+func genNodes(c *fuzzChoices, nodes []*corev1.Node, pods []*k8s.Pod) {
 	for _, n := range nodes {
 		for _, key := range nodeLabelKeys {
 			if v := pick(c, append([]string{""}, nodeLabelValues(key)...)...); v != "" {
@@ -695,7 +695,7 @@ func genNodes(c *fuzzChoices, nodes []*corev1.Node, pods []*corev1.Pod) {
 // on purpose, which the compiler must still read (failClosed): a peer or
 // protocols entry with no field set (a field of a newer CRD), tcp/udp/sctp
 // without destinationPort, an empty from/to list, a subject with no field.
-func genClusterPolicy(c *fuzzChoices, name string, pods []*corev1.Pod) (cnp *policyv1beta1.ClusterNetworkPolicy, failClosed bool) {
+func genClusterPolicy(c *fuzzChoices, name string, pods []*k8s.Pod) (cnp *policyv1beta1.ClusterNetworkPolicy, failClosed bool) {
 	cnp = &policyv1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	cnp.Spec.Tier = pick(c, policyv1beta1.AdminTier, policyv1beta1.BaselineTier)
 	cnp.Spec.Priority = pick(c, fuzzCNPPriorities...)
@@ -858,9 +858,7 @@ func genCNPProtocol(c *fuzzChoices, namedOK, shaky bool) (p policyv1beta1.Cluste
 func genQuarantine(c *fuzzChoices, snap *k8s.Snapshot) {
 	if c.n(8) == 1 {
 		if p := snap.Pods[c.n(len(snap.Pods))]; reference.TakesPart(p) {
-			for i := range p.Spec.Containers {
-				p.Spec.Containers[i].Ports = nil
-			}
+			p.Spec.Ports = nil
 			snap.Quarantined = append(snap.Quarantined, ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name})
 		}
 	}

@@ -110,7 +110,7 @@ func TestIncrementalSharesUnchanged(t *testing.T) {
 	// Deleting a pod of z changes exactly the peer sets naming z and the
 	// sets of the named port it served.
 	third := next
-	third.Pods = slices.DeleteFunc(slices.Clone(next.Pods), func(p *corev1.Pod) bool { return p.Namespace == "z" && p.Name == "b" })
+	third.Pods = slices.DeleteFunc(slices.Clone(next.Pods), func(p *k8s.Pod) bool { return p.Namespace == "z" && p.Name == "b" })
 	table, _ := inc.Compile(&third, DefaultPriority)
 	d = nft.Diff(second, table)
 	var updated []string
@@ -201,7 +201,7 @@ func problemStrings(ps []Problem) []string {
 type world struct {
 	r          *rand.Rand
 	namespaces map[string]*corev1.Namespace
-	pods       map[objKey]*corev1.Pod
+	pods       map[objKey]*k8s.Pod
 	policies   map[objKey]*networkingv1.NetworkPolicy
 	node       *corev1.Node // this node, with pod CIDRs that change
 	nextIP     int
@@ -286,7 +286,7 @@ func newWorld(seed uint64) *world {
 	w := &world{
 		r:          rand.New(rand.NewPCG(seed, seed*7919)),
 		namespaces: map[string]*corev1.Namespace{},
-		pods:       map[objKey]*corev1.Pod{},
+		pods:       map[objKey]*k8s.Pod{},
 		policies:   map[objKey]*networkingv1.NetworkPolicy{},
 	}
 	w.quarantined = map[objKey]bool{}
@@ -338,7 +338,7 @@ func (w *world) ip() (string, string) {
 	return fmt.Sprintf("10.1.%d.%d", w.nextIP/200, w.nextIP%200+1), fmt.Sprintf("fd00:1::%x", w.nextIP)
 }
 
-func (w *world) randomPod(ns, name string) *corev1.Pod {
+func (w *world) randomPod(ns, name string) *k8s.Pod {
 	v4, v6 := w.ip()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
@@ -368,7 +368,7 @@ func (w *world) randomPod(ns, name string) *corev1.Pod {
 	case 3:
 		p.Status.PodIPs = []corev1.PodIP{{IP: "not-an-ip"}}
 	}
-	return p
+	return k8s.NewPod(p)
 }
 
 func (w *world) randomPeer(ns string) networkingv1.NetworkPolicyPeer {
@@ -575,7 +575,7 @@ func (w *world) step() string {
 func (w *world) anyKey(m any) (objKey, bool) {
 	var keys []objKey
 	switch m := m.(type) {
-	case map[objKey]*corev1.Pod:
+	case map[objKey]*k8s.Pod:
 		keys = slices.Collect(maps.Keys(m))
 	case map[objKey]*networkingv1.NetworkPolicy:
 		keys = slices.Collect(maps.Keys(m))

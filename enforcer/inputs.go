@@ -192,8 +192,8 @@ func (p *pod) matchedBy(sel labels.Selector) bool {
 // started or stopped taking part in policy.
 type podChange struct{ old, new *pod }
 
-func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedName, unsettled []k8s.UnsettledPod, ch *changes) {
-	key := func(p *corev1.Pod) objKey { return objKey{p.Namespace, p.Name} }
+func (c *Compiler) syncPods(pods []*k8s.Pod, quarantine []ktypes.NamespacedName, unsettled []k8s.UnsettledPod, ch *changes) {
+	key := func(p *k8s.Pod) objKey { return objKey{p.Namespace, p.Name} }
 	quarantined := make(map[objKey]bool, len(quarantine))
 	for _, q := range quarantine {
 		quarantined[objKey{q.Namespace, q.Name}] = true
@@ -222,7 +222,7 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedNa
 	// compile would otherwise build two entries per pod of the cluster.
 	var keys map[objKey]bool
 	var addrs map[netip.Addr]bool
-	update := func(k objKey, p *corev1.Pod) {
+	update := func(k objKey, p *k8s.Pod) {
 		old := c.claimsByPod[k]
 		delete(c.podProblems, k)
 		var cl *claim
@@ -264,12 +264,12 @@ func (c *Compiler) syncPods(pods []*corev1.Pod, quarantine []ktypes.NamespacedNa
 			}
 		}
 	}
-	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *corev1.Pod) {
+	c.podList = walkChanges(c.podList, pods, key, func(k objKey, _, p *k8s.Pod) {
 		delete(requarantined, k)
 		update(k, p)
 	})
 	for _, k := range slices.SortedFunc(maps.Keys(requarantined), compareKeys) {
-		i, ok := slices.BinarySearchFunc(c.podList, k, func(p *corev1.Pod, k objKey) int { return compareKeys(key(p), k) })
+		i, ok := slices.BinarySearchFunc(c.podList, k, func(p *k8s.Pod, k objKey) int { return compareKeys(key(p), k) })
 		if ok {
 			update(k, c.podList[i])
 		}
@@ -353,7 +353,7 @@ func (c *Compiler) everyPod() []*pod {
 // podOf returns the policy view of a pod, quarantined or not, or nil for a
 // pod that takes no part in policy: host-network pods (their IPs are the
 // node's), pods that have finished, and pods without an IP yet.
-func (c *Compiler) podOf(p *corev1.Pod, quarantined bool) (*pod, []Problem) {
+func (c *Compiler) podOf(p *k8s.Pod, quarantined bool) (*pod, []Problem) {
 	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return nil, nil
 	}
@@ -377,7 +377,6 @@ func (c *Compiler) podOf(p *corev1.Pod, quarantined bool) (*pod, []Problem) {
 			pd.ips = append(pd.ips, ip)
 		}
 	}
-	add(p.Status.PodIP)
 	for _, ip := range p.Status.PodIPs {
 		add(ip.IP)
 	}
@@ -385,15 +384,7 @@ func (c *Compiler) podOf(p *corev1.Pod, quarantined bool) (*pod, []Problem) {
 		return nil, problems
 	}
 	slices.SortFunc(pd.ips, netip.Addr.Compare)
-	for _, ctr := range p.Spec.Containers {
-		pd.ports = append(pd.ports, ctr.Ports...)
-	}
-	// Sidecars (init containers that keep running) serve ports too.
-	for _, ctr := range p.Spec.InitContainers {
-		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			pd.ports = append(pd.ports, ctr.Ports...)
-		}
-	}
+	pd.ports = p.Spec.Ports // shared with the record: neither is edited
 	return pd, problems
 }
 

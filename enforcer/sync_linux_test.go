@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
@@ -44,8 +43,8 @@ func TestKernelLabelChangeIsSmallBatch(t *testing.T) {
 	// A remote pod of ns-0 leaves tier-0, which the policy-0 of every
 	// namespace allows from team-0 namespaces: it leaves all those peer sets.
 	changed := *snap
-	changed.Pods = append([]*corev1.Pod(nil), snap.Pods...)
-	i := slices.IndexFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
+	changed.Pods = append([]*k8s.Pod(nil), snap.Pods...)
+	i := slices.IndexFunc(snap.Pods, func(p *k8s.Pod) bool { return p.Namespace == "ns-0" && p.Name == "pod-3" })
 	p := snap.Pods[i].DeepCopy()
 	if p.Labels["tier"] != "tier-0" || p.Spec.NodeName == testNode {
 		t.Fatalf("fixture changed: pod %s/%s is %v on %s", p.Namespace, p.Name, p.Labels, p.Spec.NodeName)
@@ -117,7 +116,7 @@ func TestKernelOtherCommitRetriesDelta(t *testing.T) {
 	testns.Nft(t, ns, "", "add", "table", "inet", "someone-else")
 
 	changed := *snap
-	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *corev1.Pod) bool { return p.Namespace == "y" && p.Name == "b" })
+	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *k8s.Pod) bool { return p.Namespace == "y" && p.Name == "b" })
 	res, err := s.Sync(&changed)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +166,7 @@ func TestKernelConcurrentChangeIsRepaired(t *testing.T) {
 	testns.Nft(t, ns, "", "flush", "map", "inet", "nftpolicy", "ingress-pods-v4")
 
 	changed := *snap
-	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *corev1.Pod) bool { return p.Namespace == "y" && p.Name == "b" })
+	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *k8s.Pod) bool { return p.Namespace == "y" && p.Name == "b" })
 	res, err := s.Sync(&changed)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -45,7 +44,7 @@ var (
 
 func without(snap *k8s.Snapshot, ns, name string) *k8s.Snapshot {
 	changed := *snap
-	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == name })
+	changed.Pods = slices.DeleteFunc(slices.Clone(snap.Pods), func(p *k8s.Pod) bool { return p.Namespace == ns && p.Name == name })
 	return &changed
 }
 

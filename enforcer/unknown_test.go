@@ -21,9 +21,8 @@ func withPodCIDRs(snap *k8s.Snapshot, cidrs ...string) *k8s.Snapshot {
 	return &out
 }
 
-func newPodAt(v4, v6 string) *corev1.Pod {
-	return testPod("x", "new", labelled("pod", "new"), func(p *corev1.Pod) {
-		p.Status.PodIP = v4
+func newPodAt(v4, v6 string) *k8s.Pod {
+	return testPod("x", "new", labelled("pod", "new"), func(p *k8s.Pod) {
 		p.Status.PodIPs = []corev1.PodIP{{IP: v4}, {IP: v6}}
 	})
 }

@@ -290,8 +290,8 @@ func shape(s *Snapshot) string {
 	var out []string
 	for _, o := range s.Pods {
 		ips := ""
-		if o.Status.PodIP != "10.244.1.2" {
-			ips = " " + o.Status.PodIP
+		if ip := o.Status.PodIPs[0].IP; ip != "10.244.1.2" {
+			ips = " " + ip
 		}
 		out = append(out, fmt.Sprintf("Pod %s/%s %v%s", o.Namespace, o.Name, o.Labels, ips))
 	}

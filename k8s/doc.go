@@ -5,6 +5,15 @@
 // server would have done, each slice sorted by namespace and name. Sources never edit a Snapshot they
 // have handed out.
 //
+// Pods are records (Pod), not corev1.Pods: every node holds every pod of
+// the cluster, so a pod is the unit of the daemon's memory. A record keeps
+// what the compiler reads (identity, labels, node, hostNetwork, phase,
+// addresses, the ports of containers and sidecars) with the field paths of
+// corev1.Pod, and shares what repeats between pods (strings, label maps,
+// port lists) through interning tables that forget what no pod asked for
+// over a generation. A Pod is validated as the corev1.Pod it came from,
+// then recorded (NewPod); Core goes back.
+//
 // # Manifests source
 //
 // LoadDir (and LoadFS, its io/fs form) reads a directory of ordinary

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
@@ -429,7 +430,7 @@ func (in *Informers) Snapshot() *Snapshot {
 		}
 		sortByName(snap.Namespaces)
 		for _, obj := range in.infs[1].GetStore().List() {
-			if o, ok := obj.(*corev1.Pod); ok && !in.invalid[obj] {
+			if o, ok := obj.(*Pod); ok && !in.invalid[obj] {
 				snap.Pods = append(snap.Pods, o)
 			}
 		}
@@ -850,7 +851,14 @@ func (in *Informers) transform(obj any) (any, error) {
 	case *corev1.Namespace:
 		slim, kind = slimNamespace(o), "Namespace"
 	case *corev1.Pod:
-		slim, kind = slimPod(o), "Pod"
+		// Validated as the Pod it is, kept as the record the compiler
+		// reads (see Pod).
+		kind = "Pod"
+		slim := slimPod(o)
+		errs := Admit(slim) // defaults and canonicalizes too
+		rec := NewPod(slim)
+		in.admitted(kind, rec, errs)
+		return rec, nil
 	case *corev1.Node:
 		slim, kind = slimNode(o), "Node"
 	case *networkingv1.NetworkPolicy:
@@ -867,20 +875,25 @@ func (in *Informers) transform(obj any) (any, error) {
 			Spec:       *o.Spec.DeepCopy(),
 		}
 	default:
-		return obj, nil
+		return obj, nil // a Pod record already (transform is idempotent)
 	}
 	errs := Admit(slim)
-	if len(errs) > 0 {
-		in.mu.Lock()
-		in.invalid[slim] = true // the very value the cache will store
-		in.mu.Unlock()
-	}
-	if len(errs) > 0 {
-		in.log.Warn("skipped an API object",
-			NameField("object", objectName(kind, slim.GetNamespace(), slim.GetName())),
-			ErrorField(FieldErrors(errs)))
-	}
+	in.admitted(kind, slim, errs)
 	return slim, nil
+}
+
+// admitted records what Admit found of obj, the very value the cache
+// will store: an invalid one is marked, left out of Snapshots and logged.
+func (in *Informers) admitted(kind string, obj metav1.Object, errs field.ErrorList) {
+	if len(errs) == 0 {
+		return
+	}
+	in.mu.Lock()
+	in.invalid[obj] = true
+	in.mu.Unlock()
+	in.log.Warn("skipped an API object",
+		NameField("object", objectName(kind, obj.GetNamespace(), obj.GetName())),
+		ErrorField(FieldErrors(errs)))
 }
 
 // slimMeta keeps the metadata a Snapshot needs: identity and labels.
@@ -967,8 +980,8 @@ func equalIgnoringVersion(a, b any) bool {
 		b, ok := b.(*corev1.Namespace)
 		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) && a.Status.Phase == b.Status.Phase &&
 			a.Annotations[FlowLogAnnotation] == b.Annotations[FlowLogAnnotation]
-	case *corev1.Pod:
-		b, ok := b.(*corev1.Pod)
+	case *Pod:
+		b, ok := b.(*Pod)
 		return ok && equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
 			equality.Semantic.DeepEqual(a.Spec, b.Spec) && equality.Semantic.DeepEqual(a.Status, b.Status)
 	case *corev1.Node:

@@ -93,7 +93,7 @@ func start(t *testing.T, controlPods bool, objs ...runtime.Object) *harness {
 	return h
 }
 
-func findPod(s *k8s.Snapshot, name string) *corev1.Pod {
+func findPod(s *k8s.Snapshot, name string) *k8s.Pod {
 	for _, p := range s.Pods {
 		if p.Name == name {
 			return p

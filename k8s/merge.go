@@ -172,7 +172,7 @@ func mergeOver(loads []*fileLoad, prev *previous) (*Snapshot, []*ObjectError, []
 		snap.add(obj)
 		used[key] = true
 		switch obj.(type) {
-		case *corev1.Pod:
+		case *corev1.Pod, *Pod:
 			if quarantined || where != nil {
 				snap.Quarantined = append(snap.Quarantined, types.NamespacedName{Namespace: key.namespace, Name: key.name})
 			}
@@ -434,7 +434,9 @@ func (s *Snapshot) add(obj runtime.Object) {
 	case *corev1.Namespace:
 		s.Namespaces = append(s.Namespaces, o)
 	case *corev1.Pod:
-		s.Pods = append(s.Pods, o)
+		s.Pods = append(s.Pods, NewPod(o))
+	case *Pod:
+		s.Pods = append(s.Pods, o) // kept from the previous snapshot
 	case *corev1.Node:
 		s.Nodes = append(s.Nodes, o)
 	case *networkingv1.NetworkPolicy:

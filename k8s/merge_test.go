@@ -203,9 +203,9 @@ func TestRejectedStandIns(t *testing.T) {
 		{"an invalid name: left out", policy("Bad_Name", "  podSelector: {}\n  ingress: [{ports: [{port: 70000}]}]\n"),
 			"", "NetworkPolicy x/Bad_Name: metadata.name"},
 		{"a pod with an invalid label keeps the valid ones", pod("b", `{pod: b, "bad key!": v, version: 2}`, ""),
-			"Pod x/b map[pod:b] containers=0", "Pod x/b: json: cannot unmarshal number"},
+			"Pod x/b map[pod:b] ports=0", "Pod x/b: json: cannot unmarshal number"},
 		{"a pod with an invalid container port", pod("b", "{pod: b}", ", containers: [{name: c, ports: [{name: http, containerPort: 0}]}]"),
-			"Pod x/b map[pod:b] containers=0", "Pod x/b: spec.containers[0].ports[0].containerPort: is required; no earlier version is known, so the pod stays at its addresses"},
+			"Pod x/b map[pod:b] ports=0", "Pod x/b: spec.containers[0].ports[0].containerPort: is required; no earlier version is known, so the pod stays at its addresses"},
 		{"a pod whose hostNetwork cannot be read: left out", pod("b", "{pod: b, bad: 'yes!'}", ", hostNetwork: 'yes'"),
 			"", "Pod x/b: "},
 		{"a pod whose address is invalid: left out", strings.Replace(pod("b", "{pod: b, bad: 'yes!'}", ""), "10.244.1.2", "10.244.1.256", 1),
@@ -242,9 +242,9 @@ func TestDuplicatePodStandIn(t *testing.T) {
 		want       string
 	}{
 		{"labels differ", pod("{app: web, v: '1'}", "10.244.1.2", ""), pod("{app: web, v: '2'}", "10.244.1.2", ""), "Pod x/b map[app:web]"},
-		{"containers differ too", pod("{app: web, v: '1'}", "10.244.1.2", ""), pod("{app: web}", "10.244.1.2", ", {containerPort: 81}"), "Pod x/b map[app:web] containers=0"},
-		{"one is invalid", pod("{app: web, v: '1'}", "10.244.1.2", ""), pod("{app: web, 'bad key!': v}", "10.244.1.2", ""), "Pod x/b map[app:web] containers=0"},
-		{"addresses differ", pod("{app: web}", "10.244.1.2", ""), pod("{app: web}", "10.244.1.3", ""), "Pod x/b map[app:web] containers=0"},
+		{"containers differ too", pod("{app: web, v: '1'}", "10.244.1.2", ""), pod("{app: web}", "10.244.1.2", ", {containerPort: 81}"), "Pod x/b map[app:web] ports=0"},
+		{"one is invalid", pod("{app: web, v: '1'}", "10.244.1.2", ""), pod("{app: web, 'bad key!': v}", "10.244.1.2", ""), "Pod x/b map[app:web] ports=0"},
+		{"addresses differ", pod("{app: web}", "10.244.1.2", ""), pod("{app: web}", "10.244.1.3", ""), "Pod x/b map[app:web] ports=0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap, objErrs, err := LoadFS(fstest.MapFS{"a.yaml": {Data: []byte(tc.a)}, "b.yaml": {Data: []byte(tc.b)}})
@@ -267,16 +267,16 @@ func TestDuplicatePodStandIn(t *testing.T) {
 	}
 }
 
-// standInShape renders pods (labels, and containers when not one) and
+// standInShape renders pods (labels, and "ports=0" when they have none) and
 // rule-less policies (what they isolate).
 func standInShape(s *Snapshot) string {
 	var out []string
 	for _, o := range s.Pods {
 		c := ""
-		if len(o.Spec.Containers) != 1 {
-			c = fmt.Sprintf(" containers=%d", len(o.Spec.Containers))
+		if len(o.Spec.Ports) == 0 {
+			c = " ports=0"
 		}
-		if o.Status.PodIP == "10.244.1.2" && len(o.Status.PodIPs) == 1 && o.Spec.NodeName == "node-1" {
+		if o.Status.PodIPs[0].IP == "10.244.1.2" && len(o.Status.PodIPs) == 1 && o.Spec.NodeName == "node-1" {
 			out = append(out, fmt.Sprintf("Pod %s/%s %v%s", o.Namespace, o.Name, o.Labels, c))
 		} else {
 			out = append(out, fmt.Sprintf("Pod %s/%s at %v on %q", o.Namespace, o.Name, o.Status.PodIPs, o.Spec.NodeName))

@@ -23,7 +23,7 @@ import (
 // learns something new builds a new Snapshot instead of editing this one.
 type Snapshot struct {
 	Namespaces []*corev1.Namespace
-	Pods       []*corev1.Pod
+	Pods       []*Pod // records of the pods (see Pod)
 	Nodes      []*corev1.Node
 	Policies   []*networkingv1.NetworkPolicy
 

@@ -148,9 +148,9 @@ func TestUnsettledPod(t *testing.T) {
 			pod := ""
 			for _, p := range snap.Pods {
 				checkAdmitted(t, "snapshot", p)
-				pod = fmt.Sprintf("%s %s %s", p.Spec.NodeName, p.Status.PodIP, p.Status.Phase)
-				if len(p.Spec.Containers) != 0 {
-					t.Errorf("the unsettled pod has containers: %v", p.Spec.Containers)
+				pod = fmt.Sprintf("%s %s %s", p.Spec.NodeName, p.Status.PodIPs[0].IP, p.Status.Phase)
+				if len(p.Spec.Ports) != 0 {
+					t.Errorf("the unsettled pod has ports: %v", p.Spec.Ports)
 				}
 			}
 			if pod != tc.pod {

@@ -23,9 +23,9 @@ import (
 // (canonical IPs, CIDRs masked to their prefix) and returns nil; otherwise
 // obj is only defaulted and the errors say why it must be dropped.
 //
-// obj is a *corev1.Namespace, *corev1.Pod, *corev1.Node,
-// *networkingv1.NetworkPolicy or *policyv1beta1.ClusterNetworkPolicy;
-// anything else is an internal error.
+// obj is a *corev1.Namespace, *corev1.Pod, *Pod (admitted as the Pod it
+// stands for, Core), *corev1.Node, *networkingv1.NetworkPolicy or
+// *policyv1beta1.ClusterNetworkPolicy; anything else is an internal error.
 func Admit(obj runtime.Object) field.ErrorList {
 	var errs field.ErrorList
 	switch o := obj.(type) {
@@ -37,6 +37,10 @@ func Admit(obj runtime.Object) field.ErrorList {
 		if errs = ValidatePod(o); len(errs) == 0 {
 			normalizePod(o)
 		}
+	case *Pod:
+		core := o.Core()
+		errs = Admit(core)
+		*o = *NewPod(core)
 	case *corev1.Node:
 		DefaultNode(o)
 		if errs = ValidateNode(o); len(errs) == 0 {

@@ -114,11 +114,6 @@ func resolveEndpoint(snap *k8s.Snapshot, s, flag string) ([]netip.Addr, error) {
 				addrs = append(addrs, a.Unmap())
 			}
 		}
-		if len(addrs) == 0 {
-			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
-				addrs = append(addrs, a.Unmap())
-			}
-		}
 		if len(addrs) == 0 || p.Spec.HostNetwork {
 			return nil, fmt.Errorf("%s %s: the pod has no address of its own (none reported yet, or on the host network)", flag, s)
 		}

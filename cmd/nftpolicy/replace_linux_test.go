@@ -96,8 +96,7 @@ func replaceAtScale(t *testing.T, size, ns, dir string, changes int) {
 		nss = append(nss, o)
 	}
 	for _, o := range snap.Pods {
-		o.APIVersion, o.Kind = "v1", "Pod"
-		pods = append(pods, o)
+		pods = append(pods, o.Core())
 	}
 	write("namespaces.yaml", nss)
 	write("pods.yaml", pods)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	policyv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -129,7 +130,7 @@ func (d *Decision) String() string {
 // not require, that ClusterNetworkPolicy judge it.
 func (r Evaluator) Decide(c Conn) (egress, ingress *Decision) {
 	src, dst := r.podAt(c.Src), r.podAt(c.Dst)
-	local := func(p *corev1.Pod) bool { return p != nil && p.Spec.NodeName == r.node }
+	local := func(p *k8s.Pod) bool { return p != nil && p.Spec.NodeName == r.node }
 	if src != nil && src == dst && c.DNAT {
 		self := func(dir string) *Decision { return &Decision{Dir: dir, Tier: TierSelf, Action: Accept, Rule: -1} }
 		if local(src) {
@@ -148,7 +149,7 @@ func (r Evaluator) Decide(c Conn) (egress, ingress *Decision) {
 
 // decide runs one direction's check for pod, src and dst being the pods
 // at the connection's ends (nil for none).
-func (r Evaluator) decide(c Conn, pod, src, dst *corev1.Pod, dir string) *Decision {
+func (r Evaluator) decide(c Conn, pod, src, dst *k8s.Pod, dir string) *Decision {
 	d := &Decision{Dir: dir, Rule: -1}
 	if r.isQuarantined(pod) {
 		d.Tier, d.Action = TierQuarantine, Deny
@@ -203,7 +204,7 @@ func (r Evaluator) decide(c Conn, pod, src, dst *corev1.Pod, dir string) *Decisi
 // clusterTier evaluates one tier of ClusterNetworkPolicies for pod in
 // direction dir: the first rule that matches, with its action; ok is
 // false when none does.
-func (r Evaluator) clusterTier(t policyv1beta1.Tier, pod *corev1.Pod, dir string, c Conn, remote netip.Addr, remotePod, dst *corev1.Pod) (step Step, action Action, ok bool) {
+func (r Evaluator) clusterTier(t policyv1beta1.Tier, pod *k8s.Pod, dir string, c Conn, remote netip.Addr, remotePod, dst *k8s.Pod) (step Step, action Action, ok bool) {
 	var pols []*policyv1beta1.ClusterNetworkPolicy
 	denyOnly := map[*policyv1beta1.ClusterNetworkPolicy]bool{}
 	for _, cnp := range r.snap.ClusterPolicies {
@@ -314,7 +315,7 @@ func failClosed(a policyv1beta1.ClusterNetworkPolicyRuleAction) bool {
 // "must be defined and contain at least one item": an empty one matches
 // nothing.
 func (r Evaluator) clusterRuleMatches(action policyv1beta1.ClusterNetworkPolicyRuleAction, peers []policyv1beta1.ClusterNetworkPolicyEgressPeer,
-	protocols []policyv1beta1.ClusterNetworkPolicyProtocol, c Conn, remote netip.Addr, remotePod, dst *corev1.Pod) bool {
+	protocols []policyv1beta1.ClusterNetworkPolicyProtocol, c Conn, remote netip.Addr, remotePod, dst *k8s.Pod) bool {
 	if !slices.ContainsFunc(peers, func(p policyv1beta1.ClusterNetworkPolicyEgressPeer) bool {
 		return r.clusterPeerMatches(action, p, remote, remotePod)
 	}) {
@@ -331,7 +332,7 @@ func (r Evaluator) clusterRuleMatches(action policyv1beta1.ClusterNetworkPolicyR
 // clusterPeerMatches holds one peer to the remote address (and the pod
 // taking part that has it, if any). Exactly one field is set in a valid
 // peer; of several, any matches.
-func (r Evaluator) clusterPeerMatches(action policyv1beta1.ClusterNetworkPolicyRuleAction, p policyv1beta1.ClusterNetworkPolicyEgressPeer, addr netip.Addr, pod *corev1.Pod) bool {
+func (r Evaluator) clusterPeerMatches(action policyv1beta1.ClusterNetworkPolicyRuleAction, p policyv1beta1.ClusterNetworkPolicyEgressPeer, addr netip.Addr, pod *k8s.Pod) bool {
 	if p.Namespaces == nil && p.Pods == nil && p.Nodes == nil && len(p.Networks) == 0 && len(p.DomainNames) == 0 {
 		return failClosed(action)
 	}
@@ -396,7 +397,7 @@ func (r Evaluator) nodeAddress(sel *metav1.LabelSelector, addr netip.Addr) bool 
 // the namespaces its namespace selector selects ("if empty, it selects
 // all"). A subject with no field set selects nothing; of several, any
 // selects. Quarantined pods are no subject.
-func (r Evaluator) subjectSelects(s *policyv1beta1.ClusterNetworkPolicySubject, pod *corev1.Pod) bool {
+func (r Evaluator) subjectSelects(s *policyv1beta1.ClusterNetworkPolicySubject, pod *k8s.Pod) bool {
 	if !TakesPart(pod) || r.isQuarantined(pod) {
 		return false
 	}
@@ -412,7 +413,7 @@ func (r Evaluator) subjectSelects(s *policyv1beta1.ClusterNetworkPolicySubject, 
 // selected if the namespace selector read them so. Such a pod is judged
 // by the policy's Deny rules alone: escaping them, or being let through
 // or past the tier by its Accept or Pass rules, would both fail open.
-func (r Evaluator) subjectMaySelect(s *policyv1beta1.ClusterNetworkPolicySubject, pod *corev1.Pod) bool {
+func (r Evaluator) subjectMaySelect(s *policyv1beta1.ClusterNetworkPolicySubject, pod *k8s.Pod) bool {
 	if !TakesPart(pod) || r.isQuarantined(pod) || !r.quarantinedNS[pod.Namespace] {
 		return false
 	}
@@ -435,7 +436,7 @@ func (r Evaluator) subjectMaySelect(s *policyv1beta1.ClusterNetworkPolicySubject
 //     protocol (TCP when unset) and number are the connection's;
 //   - no field (a newer CRD's) fails closed; so does a destinationPort
 //     with neither number nor range, for its protocol.
-func protocolMatches(action policyv1beta1.ClusterNetworkPolicyRuleAction, p policyv1beta1.ClusterNetworkPolicyProtocol, c Conn, dst *corev1.Pod) bool {
+func protocolMatches(action policyv1beta1.ClusterNetworkPolicyRuleAction, p policyv1beta1.ClusterNetworkPolicyProtocol, c Conn, dst *k8s.Pod) bool {
 	if p.TCP == nil && p.UDP == nil && p.SCTP == nil && p.DestinationNamedPort == "" {
 		return failClosed(action)
 	}
@@ -449,15 +450,13 @@ func protocolMatches(action policyv1beta1.ClusterNetworkPolicyRuleAction, p poli
 		return true
 	}
 	if p.DestinationNamedPort != "" && dst != nil {
-		for _, ctr := range dst.Spec.Containers {
-			for _, cp := range ctr.Ports {
-				proto := cp.Protocol
-				if proto == "" {
-					proto = corev1.ProtocolTCP // the API default of a container port
-				}
-				if cp.Name == p.DestinationNamedPort && refProto(proto) == c.Proto && cp.ContainerPort == int32(c.Port) {
-					return true
-				}
+		for _, cp := range dst.Spec.Ports {
+			proto := cp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP // the API default of a container port
+			}
+			if cp.Name == p.DestinationNamedPort && refProto(proto) == c.Proto && cp.ContainerPort == int32(c.Port) {
+				return true
 			}
 		}
 	}

@@ -48,7 +48,7 @@ func testCluster() *k8s.Snapshot {
 	ns := func(name string, labels map[string]string) *corev1.Namespace {
 		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	}
-	pod := func(key, app, nodeName string, ports ...corev1.ContainerPort) *corev1.Pod {
+	pod := func(key, app, nodeName string, ports ...corev1.ContainerPort) *k8s.Pod {
 		nsName, name, _ := strings.Cut(key, "/")
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: name},
@@ -58,7 +58,7 @@ func testCluster() *k8s.Snapshot {
 		if app != "" {
 			p.Labels = map[string]string{"app": app}
 		}
-		return p
+		return k8s.NewPod(p)
 	}
 	host := pod("z/host", "", node)
 	host.Spec.HostNetwork = true
@@ -69,7 +69,7 @@ func testCluster() *k8s.Snapshot {
 	}
 	return &k8s.Snapshot{
 		Namespaces: []*corev1.Namespace{ns("x", map[string]string{"team": "a"}), ns("y", map[string]string{"team": "b"}), ns("z", nil)},
-		Pods: []*corev1.Pod{
+		Pods: []*k8s.Pod{
 			pod("x/a", "a", node, corev1.ContainerPort{Name: "web", ContainerPort: 80}, corev1.ContainerPort{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}),
 			pod("x/b", "b", node),
 			pod("y/a", "a", node, corev1.ContainerPort{Name: "web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}),

@@ -31,14 +31,14 @@ type Conn struct {
 type Evaluator struct {
 	snap          *k8s.Snapshot
 	node          string
-	pods          map[netip.Addr]*corev1.Pod // the pods taking part, by address
+	pods          map[netip.Addr]*k8s.Pod // the pods taking part, by address
 	quarantined   map[types.NamespacedName]bool
 	quarantinedNS map[string]bool
 }
 
 // New returns the evaluator of snap as seen by node.
 func New(snap *k8s.Snapshot, node string) Evaluator {
-	r := Evaluator{snap: snap, node: node, pods: map[netip.Addr]*corev1.Pod{},
+	r := Evaluator{snap: snap, node: node, pods: map[netip.Addr]*k8s.Pod{},
 		quarantined: map[types.NamespacedName]bool{}, quarantinedNS: map[string]bool{}}
 	for _, q := range snap.Quarantined {
 		r.quarantined[q] = true
@@ -84,7 +84,7 @@ type Judgement struct {
 // Decide for the whole), and does not decide the self (DNAT) case.
 func (r Evaluator) Explain(c Conn) (egress, ingress *Judgement) {
 	src, dst := r.podAt(c.Src), r.podAt(c.Dst)
-	judge := func(pod *corev1.Pod, t networkingv1.PolicyType, dir string) *Judgement {
+	judge := func(pod *k8s.Pod, t networkingv1.PolicyType, dir string) *Judgement {
 		if pod == nil || pod.Spec.NodeName != r.node {
 			return nil
 		}
@@ -112,15 +112,16 @@ func (r Evaluator) Explain(c Conn) (egress, ingress *Judgement) {
 
 // TakesPart reports whether p takes part in policy: pods in phase Succeeded
 // or Failed, without an IP, or on the host network do not.
-func TakesPart(p *corev1.Pod) bool {
+func TakesPart(p *k8s.Pod) bool {
 	return !p.Spec.HostNetwork && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
 		len(PodAddrs(p)) > 0
 }
 
-// PodAddrs is every address of p: status.podIP and status.podIPs, once each.
-func PodAddrs(p *corev1.Pod) []netip.Addr {
+// PodAddrs is every address of p (its record holds status.podIP among
+// status.podIPs), once each.
+func PodAddrs(p *k8s.Pod) []netip.Addr {
 	var out []netip.Addr
-	for _, s := range append([]string{p.Status.PodIP}, podIPStrings(p)...) {
+	for _, s := range podIPStrings(p) {
 		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, a) {
 			out = append(out, a)
 		}
@@ -128,7 +129,7 @@ func PodAddrs(p *corev1.Pod) []netip.Addr {
 	return out
 }
 
-func podIPStrings(p *corev1.Pod) []string {
+func podIPStrings(p *k8s.Pod) []string {
 	var out []string
 	for _, ip := range p.Status.PodIPs {
 		out = append(out, ip.IP)
@@ -137,7 +138,7 @@ func podIPStrings(p *corev1.Pod) []string {
 }
 
 // podAt is the pod taking part that has the address, or nil.
-func (r Evaluator) podAt(a netip.Addr) *corev1.Pod { return r.pods[a] }
+func (r Evaluator) podAt(a netip.Addr) *k8s.Pod { return r.pods[a] }
 
 // namespaceLabels are a namespace's labels with the immutable
 // kubernetes.io/metadata.name label the control plane sets on every
@@ -197,7 +198,7 @@ func readsOnlyName(sel *metav1.LabelSelector) bool {
 // allowed (but reaching itself), no policy selects it and no selector
 // names it as a peer; address peers (ipBlock, networks, nodes) still match
 // its addresses.
-func (r Evaluator) isQuarantined(pod *corev1.Pod) bool {
+func (r Evaluator) isQuarantined(pod *k8s.Pod) bool {
 	return r.quarantined[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}]
 }
 
@@ -220,7 +221,7 @@ func effectiveTypes(np *networkingv1.NetworkPolicy) []networkingv1.PolicyType {
 // isolating lists the policies that select pod (podSelector, within the
 // policy's namespace) and apply to the direction: the pod is isolated for
 // it when there is at least one.
-func (r Evaluator) isolating(pod *corev1.Pod, t networkingv1.PolicyType) []*networkingv1.NetworkPolicy {
+func (r Evaluator) isolating(pod *k8s.Pod, t networkingv1.PolicyType) []*networkingv1.NetworkPolicy {
 	var out []*networkingv1.NetworkPolicy
 	if r.isQuarantined(pod) {
 		return nil // no policy selects it (k8s.Snapshot.Quarantined)
@@ -238,7 +239,7 @@ func (r Evaluator) isolating(pod *corev1.Pod, t networkingv1.PolicyType) []*netw
 // source matches one of its from peers (all sources when from is empty or
 // missing) and the connection one of its ports (all when ports is empty
 // or missing).
-func (r Evaluator) anyIngressAllows(pols []*networkingv1.NetworkPolicy, c Conn, src, dst *corev1.Pod) bool {
+func (r Evaluator) anyIngressAllows(pols []*networkingv1.NetworkPolicy, c Conn, src, dst *k8s.Pod) bool {
 	for _, np := range pols {
 		for _, rule := range np.Spec.Ingress {
 			if r.peersMatch(np.Namespace, rule.From, c.Src, src) && portsMatch(rule.Ports, c, dst) {
@@ -249,7 +250,7 @@ func (r Evaluator) anyIngressAllows(pols []*networkingv1.NetworkPolicy, c Conn, 
 	return false
 }
 
-func (r Evaluator) anyEgressAllows(pols []*networkingv1.NetworkPolicy, c Conn, dst *corev1.Pod) bool {
+func (r Evaluator) anyEgressAllows(pols []*networkingv1.NetworkPolicy, c Conn, dst *k8s.Pod) bool {
 	for _, np := range pols {
 		for _, rule := range np.Spec.Egress {
 			if r.peersMatch(np.Namespace, rule.To, c.Dst, dst) && portsMatch(rule.Ports, c, dst) {
@@ -265,7 +266,7 @@ func (r Evaluator) anyEgressAllows(pols []*networkingv1.NetworkPolicy, c Conn, d
 // contains at least one item, this rule allows traffic only if the traffic
 // matches at least one item in the from list." addr is the peer's address,
 // pod the pod taking part that has it, if any.
-func (r Evaluator) peersMatch(policyNS string, peers []networkingv1.NetworkPolicyPeer, addr netip.Addr, pod *corev1.Pod) bool {
+func (r Evaluator) peersMatch(policyNS string, peers []networkingv1.NetworkPolicyPeer, addr netip.Addr, pod *k8s.Pod) bool {
 	if len(peers) == 0 {
 		return true
 	}
@@ -316,7 +317,7 @@ func ipBlockContains(b *networkingv1.IPBlock, a netip.Addr) bool {
 // ports (traffic not restricted by port). If this field is present and
 // contains at least one item, then this rule allows traffic only if the
 // traffic matches at least one port in the list."
-func portsMatch(ports []networkingv1.NetworkPolicyPort, c Conn, dst *corev1.Pod) bool {
+func portsMatch(ports []networkingv1.NetworkPolicyPort, c Conn, dst *k8s.Pod) bool {
 	if len(ports) == 0 {
 		return true
 	}
@@ -335,7 +336,7 @@ func portsMatch(ports []networkingv1.NetworkPolicyPort, c Conn, dst *corev1.Pod)
 // matched"; "endPort indicates that the range of ports from port to
 // endPort if set, inclusive, should be allowed". A named port is the pod's:
 // the destination's container port of that name and protocol.
-func portMatches(p networkingv1.NetworkPolicyPort, c Conn, dst *corev1.Pod) bool {
+func portMatches(p networkingv1.NetworkPolicyPort, c Conn, dst *k8s.Pod) bool {
 	proto := corev1.ProtocolTCP
 	if p.Protocol != nil {
 		proto = *p.Protocol
@@ -356,15 +357,13 @@ func portMatches(p networkingv1.NetworkPolicyPort, c Conn, dst *corev1.Pod) bool
 	if dst == nil {
 		return false
 	}
-	for _, ctr := range dst.Spec.Containers {
-		for _, cp := range ctr.Ports {
-			cpProto := cp.Protocol
-			if cpProto == "" {
-				cpProto = corev1.ProtocolTCP // the API default of a container port
-			}
-			if cp.Name == p.Port.StrVal && cpProto == proto && cp.ContainerPort == int32(c.Port) {
-				return true
-			}
+	for _, cp := range dst.Spec.Ports {
+		cpProto := cp.Protocol
+		if cpProto == "" {
+			cpProto = corev1.ProtocolTCP // the API default of a container port
+		}
+		if cp.Name == p.Port.StrVal && cpProto == proto && cp.ContainerPort == int32(c.Port) {
+			return true
 		}
 	}
 	return false

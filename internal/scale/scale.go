@@ -49,7 +49,7 @@ func Cluster(namespaces, podsPerNS, policiesPerNS, localPods int, node string, u
 			}
 			v4 := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 			v6 := netip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, byte(i >> 16), byte(i >> 8), byte(i)})
-			s.Pods = append(s.Pods, &corev1.Pod{
+			s.Pods = append(s.Pods, k8s.NewPod(&corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: fmt.Sprintf("pod-%d", p),
 					Labels: map[string]string{"app": fmt.Sprintf("app-%d", p%10), "tier": fmt.Sprintf("tier-%d", p%3)}},
 				Spec: corev1.PodSpec{NodeName: podNode, Containers: []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{
@@ -57,7 +57,7 @@ func Cluster(namespaces, podsPerNS, policiesPerNS, localPods int, node string, u
 					{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
 				}}}},
 				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: v4.String()}, {IP: v6.String()}}},
-			})
+			}))
 			i++
 		}
 		for k := 0; k < policiesPerNS; k++ {

@@ -132,7 +132,7 @@ func createScale(t *testing.T, client kubernetes.Interface, snap *k8s.Snapshot) 
 		}
 	}
 	parallel(len(snap.Pods), func(i int) error {
-		p := snap.Pods[i].DeepCopy()
+		p := snap.Pods[i].Core()
 		for j := range p.Spec.Containers {
 			p.Spec.Containers[j].Image = "registry.invalid/none" // required; never pulled
 		}
@@ -141,7 +141,6 @@ func createScale(t *testing.T, client kubernetes.Interface, snap *k8s.Snapshot) 
 			return err
 		}
 		created.Status = p.Status
-		created.Status.PodIP = p.Status.PodIPs[0].IP
 		_, err = client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
 		return err
 	})
@@ -403,7 +402,6 @@ func TestIntegrationBurstToKernel(t *testing.T) {
 		n, _ := strconv.Atoi(strings.TrimPrefix(p.Labels["tier"], "tier-"))
 		q := p.DeepCopy()
 		q.Labels["tier"] = fmt.Sprintf("tier-%d", (n+1)%3)
-		q.Status.PodIP = q.Status.PodIPs[0].IP
 		final.Pods[i] = q
 		patches[i] = fmt.Appendf(nil, `{"metadata":{"labels":{"tier":%q}}}`, q.Labels["tier"])
 	}

@@ -460,7 +460,6 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 			p := c.remotePeers[i%len(c.remotePeers)].DeepCopy()
 			p.Name = fmt.Sprintf("added-%d", i)
 			v4, v6 := addedPodIPs(i)
-			p.Status.PodIP = v4.String()
 			p.Status.PodIPs = []corev1.PodIP{{IP: v4.String()}, {IP: v6.String()}}
 			pods, err := withInserted(cur.Pods, p)
 			next := *cur
@@ -476,7 +475,7 @@ func eventKinds(c *cluster, events int) ([]eventKind, error) {
 		}},
 		{name: "pod label change", next: func(cur *k8s.Snapshot, i int) (*k8s.Snapshot, error) {
 			r := relabels[i]
-			pods, err := withEdited(cur.Pods, r.pod.Namespace, r.pod.Name, func(p *corev1.Pod) *corev1.Pod {
+			pods, err := withEdited(cur.Pods, r.pod.Namespace, r.pod.Name, func(p *k8s.Pod) *k8s.Pod {
 				p = p.DeepCopy()
 				p.Labels[tierLabel] = r.tier
 				return p
@@ -611,14 +610,14 @@ type cluster struct {
 	activeAdmin []*policyv1beta1.ClusterNetworkPolicy
 	// remote are the pods on other nodes (that take part in policy),
 	// remotePeers those of them that are in a peer set of the base table.
-	remote, remotePeers []*corev1.Pod
+	remote, remotePeers []*k8s.Pod
 	// The values of the labels peer selectors read, to relabel with.
 	tiers, teams []string
 }
 
 func newCluster(base *k8s.Snapshot) (*cluster, error) {
 	c := &cluster{base: base, tiers: labelValues(base.Pods, tierLabel), teams: labelValues(base.Namespaces, teamLabel)}
-	localByNS := map[string][]*corev1.Pod{}
+	localByNS := map[string][]*k8s.Pod{}
 	for _, p := range base.Pods {
 		if p.Spec.NodeName == node && takesPart(p) {
 			localByNS[p.Namespace] = append(localByNS[p.Namespace], p)
@@ -629,7 +628,7 @@ func newCluster(base *k8s.Snapshot) (*cluster, error) {
 		if err != nil {
 			continue
 		}
-		if slices.ContainsFunc(localByNS[np.Namespace], func(p *corev1.Pod) bool { return sel.Matches(labels.Set(p.Labels)) }) {
+		if slices.ContainsFunc(localByNS[np.Namespace], func(p *k8s.Pod) bool { return sel.Matches(labels.Set(p.Labels)) }) {
 			c.active = append(c.active, np)
 		}
 	}
@@ -646,7 +645,7 @@ func newCluster(base *k8s.Snapshot) (*cluster, error) {
 			continue
 		}
 		for ns, pods := range localByNS {
-			if nsSel.Matches(nsLabels[ns]) && slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return podSel.Matches(labels.Set(p.Labels)) }) {
+			if nsSel.Matches(nsLabels[ns]) && slices.ContainsFunc(pods, func(p *k8s.Pod) bool { return podSel.Matches(labels.Set(p.Labels)) }) {
 				c.activeAdmin = append(c.activeAdmin, cnp)
 				break
 			}
@@ -688,14 +687,14 @@ func clusterSubject(cnp *policyv1beta1.ClusterNetworkPolicy) (ns, pods labels.Se
 
 // takesPart reports whether the enforcer counts p: it has an address of
 // its own and is not finished.
-func takesPart(p *corev1.Pod) bool {
+func takesPart(p *k8s.Pod) bool {
 	return !p.Spec.HostNetwork && len(p.Status.PodIPs) > 0 &&
 		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // A relabel is one pod label change: pod gets tier as its tier label.
 type relabel struct {
-	pod  *corev1.Pod
+	pod  *k8s.Pod
 	tier string
 }
 
@@ -705,7 +704,7 @@ type relabel struct {
 // unselected), odd ones put it into one it was not in (where many policies
 // select every tier, while taking it out of another).
 func (c *cluster) relabels(events int) ([]relabel, error) {
-	used := map[*corev1.Pod]bool{}
+	used := map[*k8s.Pod]bool{}
 	// next finds, from *cursor on in c.remote, an unused pod and a tier
 	// that makes it leave a peer set (or enter one).
 	next := func(cursor *int, leave bool) (relabel, bool) {
@@ -720,7 +719,7 @@ func (c *cluster) relabels(events int) ([]relabel, error) {
 				}
 				relabelled := p.DeepCopy()
 				relabelled.Labels = withLabel(p.Labels, tierLabel, tier)
-				pods, err := withEdited(c.base.Pods, p.Namespace, p.Name, func(*corev1.Pod) *corev1.Pod { return relabelled })
+				pods, err := withEdited(c.base.Pods, p.Namespace, p.Name, func(*k8s.Pod) *k8s.Pod { return relabelled })
 				if err != nil {
 					continue
 				}
@@ -893,7 +892,7 @@ func contains(elems []nft.Element, addr netip.Addr) bool {
 }
 
 // podAddr is the pod's first address, the one in IPv4 peer sets.
-func podAddr(p *corev1.Pod) netip.Addr {
+func podAddr(p *k8s.Pod) netip.Addr {
 	a, _ := netip.ParseAddr(p.Status.PodIPs[0].IP)
 	return a
 }

@@ -57,8 +57,7 @@ func run() int {
 		nss = append(nss, o)
 	}
 	for _, o := range snap.Pods {
-		o.APIVersion, o.Kind = "v1", "Pod"
-		ps = append(ps, o)
+		ps = append(ps, o.Core())
 	}
 	for _, o := range snap.Policies {
 		o.APIVersion, o.Kind = "networking.k8s.io/v1", "NetworkPolicy"

@@ -267,11 +267,11 @@ func benchSnapshot(src, dst *netns.Pod, namespaces, policiesPerNS int, flowLog b
 	}
 	snap.Namespaces = append(snap.Namespaces, bench)
 	for _, p := range []*netns.Pod{src, dst} {
-		snap.Pods = append(snap.Pods, &corev1.Pod{
+		snap.Pods = append(snap.Pods, k8s.NewPod(&corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: p.Name(), Labels: map[string]string{"pod": p.Name(), "tier": "tier-0"}},
 			Spec:       corev1.PodSpec{NodeName: node},
 			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: p.IPv4().String()}}},
-		})
+		}))
 	}
 	udp := corev1.ProtocolUDP
 	port := intstr.FromInt32(flood.Port)

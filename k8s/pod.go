@@ -1,0 +1,276 @@
+package k8s
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// A Pod is what the enforcer reads of a core/v1 Pod, and nothing more:
+// every node watches every pod of the cluster (any pod may be a peer), so
+// a pod's record is the unit of the daemon's memory. A corev1.Pod struct
+// is 1,240 bytes before its maps and slices, and even slimmed, with its
+// container list, about 2.4 KB a pod; a Pod is about a quarter of that
+// (docs/performance.md, "Daemon memory").
+//
+// The field paths are those of corev1.Pod (p.Spec.NodeName,
+// p.Status.PodIPs), so code reads it as it reads a Pod; NewPod makes one,
+// Core turns one back into a corev1.Pod for writing to an API server.
+//
+// A Pod is immutable once it is in a Snapshot, and its Labels and
+// Spec.Ports may be shared with other Pods: replace a Pod, never edit it.
+type Pod struct {
+	// ObjectMeta keeps only name, namespace, UID, resourceVersion,
+	// labels, and the creation and deletion times.
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              PodSpec   `json:"spec"`
+	Status            PodStatus `json:"status"`
+}
+
+// PodSpec is what the enforcer reads of a pod's spec.
+type PodSpec struct {
+	NodeName    string `json:"nodeName,omitempty"`
+	HostNetwork bool   `json:"hostNetwork,omitempty"`
+	// Ports are the ports the pod's containers declare, then those of
+	// its sidecars (init containers with restartPolicy Always, which
+	// keep running and serve): the ports a named port can name.
+	Ports []corev1.ContainerPort `json:"ports,omitempty"`
+}
+
+// PodStatus is what the enforcer reads of a pod's status.
+type PodStatus struct {
+	Phase corev1.PodPhase `json:"phase,omitempty"`
+	// PodIPs is status.podIPs, with status.podIP first when podIPs does
+	// not hold it (the API server keeps them equal; a manifest may not).
+	PodIPs []corev1.PodIP `json:"podIPs,omitempty"`
+}
+
+// NewPod returns the record of p. What repeats from pod to pod is held
+// once: strings (namespace, node, phase, label keys and values, port
+// names), and whole label maps and port lists (the pods of one
+// ReplicaSet share both), so 150k pods cost about 150k names, UIDs and
+// addresses.
+func NewPod(p *corev1.Pod) *Pod {
+	out := &Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              p.Name,
+			Namespace:         intern(p.Namespace),
+			UID:               p.UID,
+			ResourceVersion:   p.ResourceVersion,
+			Labels:            internLabels(p.Labels),
+			CreationTimestamp: p.CreationTimestamp,
+			DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec: PodSpec{
+			NodeName:    intern(p.Spec.NodeName),
+			HostNetwork: p.Spec.HostNetwork,
+			Ports:       podPorts(p),
+		},
+		Status: PodStatus{Phase: corev1.PodPhase(intern(string(p.Status.Phase))), PodIPs: podIPs(p)},
+	}
+	return out
+}
+
+// podPorts gathers the ports of p's containers and sidecars (see
+// PodSpec.Ports), interned; nil when there are none.
+func podPorts(p *corev1.Pod) []corev1.ContainerPort {
+	var ports []corev1.ContainerPort
+	for _, c := range p.Spec.Containers {
+		ports = append(ports, c.Ports...)
+	}
+	for _, c := range p.Spec.InitContainers {
+		if isSidecar(c) {
+			ports = append(ports, c.Ports...)
+		}
+	}
+	if len(ports) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, cp := range ports {
+		key.WriteString(cp.Name)
+		key.WriteByte(0)
+		key.WriteString(string(cp.Protocol))
+		key.WriteByte(0)
+		key.WriteString(strconv.Itoa(int(cp.ContainerPort)))
+		key.WriteByte(0)
+		key.WriteString(strconv.Itoa(int(cp.HostPort)))
+		key.WriteByte(0)
+		key.WriteString(cp.HostIP)
+		key.WriteByte(0)
+	}
+	return portLists.get(key.String(), func() []corev1.ContainerPort {
+		for i := range ports {
+			ports[i].Name = intern(ports[i].Name)
+			ports[i].Protocol = corev1.Protocol(intern(string(ports[i].Protocol)))
+			ports[i].HostIP = intern(ports[i].HostIP)
+		}
+		return slices.Clip(ports)
+	})
+}
+
+// isSidecar reports whether an init container keeps running beside the
+// pod's containers (restartPolicy Always).
+func isSidecar(c corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// podIPs returns status.podIPs with status.podIP first when it is not
+// among them; nil when the pod has no address.
+func podIPs(p *corev1.Pod) []corev1.PodIP {
+	ips := p.Status.PodIPs
+	if p.Status.PodIP != "" && !slices.Contains(ips, corev1.PodIP{IP: p.Status.PodIP}) {
+		ips = append([]corev1.PodIP{{IP: p.Status.PodIP}}, ips...)
+	}
+	if len(ips) == 0 {
+		return nil
+	}
+	return slices.Clone(ips)
+}
+
+// The process's interning tables. Two generations each (see internTable),
+// so that what no object holds any more is dropped in time.
+var (
+	strs       = newInternTable[string]()
+	labelMaps  = newInternTable[map[string]string]()
+	portLists  = newInternTable[[]corev1.ContainerPort]()
+	emptyLabel = map[string]string{}
+)
+
+// intern returns s, held once however many objects hold it.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strs.get(s, func() string { return strings.Clone(s) })
+}
+
+// internLabels returns labels equal to l, shared with every other object
+// whose labels are equal (read-only: see Pod).
+func internLabels(l map[string]string) map[string]string {
+	if l == nil {
+		return nil
+	}
+	if len(l) == 0 {
+		return emptyLabel
+	}
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var key strings.Builder
+	for _, k := range keys {
+		key.WriteString(k)
+		key.WriteByte(0)
+		key.WriteString(l[k])
+		key.WriteByte(0)
+	}
+	return labelMaps.get(key.String(), func() map[string]string {
+		out := make(map[string]string, len(l))
+		for k, v := range l {
+			out[intern(k)] = intern(v)
+		}
+		return out
+	})
+}
+
+// An internTable holds one value per key, in two generations: a lookup
+// looks in the current one, then in the previous one (moving the entry to
+// the current), and adds to the current one what neither holds. When the
+// current generation has grown to twice what it held at the last turn, it
+// becomes the previous one and the old previous one is dropped: a value
+// no object has asked for over a whole generation goes (objects holding it
+// keep their copy), and the table stays within a few times what the
+// cluster holds now, however long the daemon runs.
+type internTable[T any] struct {
+	mu        sync.Mutex
+	cur, prev map[string]T
+	turnAt    int
+}
+
+func newInternTable[T any]() *internTable[T] {
+	return &internTable[T]{cur: map[string]T{}, turnAt: 1024}
+}
+
+// get returns the value held for key, making it with make when none is.
+func (t *internTable[T]) get(key string, make func() T) T {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.cur[key]; ok {
+		return v
+	}
+	v, ok := t.prev[key]
+	if !ok {
+		v = make()
+	}
+	t.cur[strings.Clone(key)] = v
+	if len(t.cur) >= t.turnAt {
+		t.prev, t.cur = t.cur, map[string]T{}
+		t.turnAt = max(1024, 2*len(t.prev))
+	}
+	return v
+}
+
+// Core returns p as a corev1.Pod: its ports on containers c0, c1, ... (a
+// port goes on the first whose ports do not already use its name, as port
+// names are unique within a container, not a pod), podIP set to the first
+// of podIPs. For writing a Snapshot to an API
+// server or a manifest (tests, benchmarks, dump).
+func (p *Pod) Core() *corev1.Pod {
+	out := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: *p.ObjectMeta.DeepCopy(),
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+		Status:     corev1.PodStatus{Phase: p.Status.Phase, PodIPs: slices.Clone(p.Status.PodIPs)},
+	}
+	for _, cp := range p.Spec.Ports {
+		i := slices.IndexFunc(out.Spec.Containers, func(c corev1.Container) bool {
+			return cp.Name == "" || !slices.ContainsFunc(c.Ports, func(o corev1.ContainerPort) bool { return o.Name == cp.Name })
+		})
+		if i < 0 {
+			i = len(out.Spec.Containers)
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: "c" + strconv.Itoa(i)})
+		}
+		out.Spec.Containers[i].Ports = append(out.Spec.Containers[i].Ports, cp)
+	}
+	if out.Spec.Containers == nil {
+		out.Spec.Containers = []corev1.Container{{Name: "c0"}}
+	}
+	if len(p.Status.PodIPs) > 0 {
+		out.Status.PodIP = p.Status.PodIPs[0].IP
+	}
+	return out
+}
+
+// DeepCopy returns a copy of p that shares nothing with it.
+func (p *Pod) DeepCopy() *Pod {
+	if p == nil {
+		return nil
+	}
+	out := &Pod{ObjectMeta: *p.ObjectMeta.DeepCopy(), Spec: p.Spec, Status: p.Status}
+	out.Spec.Ports = slices.Clone(p.Spec.Ports)
+	out.Status.PodIPs = slices.Clone(p.Status.PodIPs)
+	return out
+}
+
+// DeepCopyObject makes Pod a runtime.Object, so that it sits in an
+// informer's cache and among the manifests source's objects.
+func (p *Pod) DeepCopyObject() runtime.Object { return p.DeepCopy() }
+
+// GetObjectKind is a Pod's kind, v1 Pod.
+func (p *Pod) GetObjectKind() schema.ObjectKind { return podKind{} }
+
+// podKind is the fixed kind of a Pod record.
+type podKind struct{}
+
+func (podKind) SetGroupVersionKind(schema.GroupVersionKind) {}
+func (podKind) GroupVersionKind() schema.GroupVersionKind {
+	return corev1.SchemeGroupVersion.WithKind("Pod")
+}
