@@ -234,6 +234,7 @@ func cleanup(cfg *config, log *zap.Logger) error {
 func runDaemon(cfg *config, log *zap.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	limitMemory(log)
 
 	conn, err := nft.Open(cfg.netns)
 	if err != nil {

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// memoryLimitShare is the part of the memory limit of its cgroup that the
+// daemon gives the Go runtime as a soft limit (debug.SetMemoryLimit): the
+// rest is for what the Go heap does not count (stacks, the runtime's own
+// data, netlink buffers) and for the margin the kernel needs before it
+// OOM-kills.
+const memoryLimitShare = 0.8
+
+// limitMemory makes the Go garbage collector hold the heap under the
+// memory limit of the daemon's cgroup (a DaemonSet's limits.memory, a
+// systemd unit's MemoryMax=), unless GOMEMLIMIT says otherwise.
+//
+// By default the collector lets the heap grow to twice the live data
+// between collections. Every node watches every pod of the cluster, so on
+// a large cluster live data is a few hundred MB, and twice that is what
+// gets the daemon OOM-killed and leaves policy behind the cluster. With a
+// soft limit the collector runs more often as the heap nears it instead.
+// Live data above the limit still grows the heap (a soft limit never fails
+// an allocation): the limit must fit the cluster (docs/performance.md).
+func limitMemory(log *zap.Logger) {
+	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		log.Info("memory limit from GOMEMLIMIT", zap.String("GOMEMLIMIT", v))
+		return
+	}
+	limit, where, ok := cgroupMemoryLimit("/proc/self/cgroup", "/sys/fs/cgroup")
+	if !ok {
+		log.Info("no memory limit: the cgroup sets none (GOMEMLIMIT sets one)")
+		return
+	}
+	soft := int64(float64(limit) * memoryLimitShare)
+	debug.SetMemoryLimit(soft)
+	log.Info("memory limit from the cgroup", zap.String("cgroup", where),
+		zap.Int64("cgroup_bytes", limit), zap.Int64("go_soft_limit_bytes", soft))
+}
+
+// cgroupMemoryLimit reads the memory limit of the process's cgroup (v2,
+// the unified hierarchy: "0::/path" in procCgroup) from memory.max under
+// root, walking up to the root because a parent's limit binds a child
+// too; the lowest limit wins. ok is false when no cgroup on the way sets
+// one ("max"), or on cgroup v1.
+func cgroupMemoryLimit(procCgroup, root string) (limit int64, where string, ok bool) {
+	data, err := os.ReadFile(procCgroup)
+	if err != nil {
+		return 0, "", false
+	}
+	var path string
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if p, cut := strings.CutPrefix(line, "0::"); cut {
+			path, found = p, true
+		}
+	}
+	if !found {
+		return 0, "", false
+	}
+	for dir := filepath.Clean("/" + path); ; dir = filepath.Dir(dir) {
+		raw, err := os.ReadFile(filepath.Join(root, dir, "memory.max"))
+		if err == nil {
+			if v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && v > 0 && (!ok || v < limit) {
+				limit, where, ok = v, dir, true
+			}
+		}
+		if dir == "/" {
+			return limit, where, ok
+		}
+	}
+}
