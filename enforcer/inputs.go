@@ -362,6 +362,7 @@ func (c *Compiler) podOf(p *k8s.Pod, quarantined bool) (*pod, []Problem) {
 		quarantined: quarantined}
 	var problems []Problem
 	seen := map[netip.Addr]bool{}
+	pd.ips = make([]netip.Addr, 0, len(p.Status.PodIPs)) // exact: one per pod of the cluster
 	add := func(s string) {
 		if s == "" {
 			return
