@@ -157,9 +157,10 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 // kind is its index in infs, whose list its events make dirty; -1 for the
 // ClusterNetworkPolicy informer, whose list is always rebuilt.
 func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Duration, kind int) cache.SharedIndexInformer {
+	// No indexers: nothing looks objects up by anything but their key,
+	// and a namespace index costs a key string and a set entry per pod.
 	inf := cache.NewSharedIndexInformerWithOptions(l, obj, cache.SharedIndexInformerOptions{
 		ResyncPeriod: resync,
-		Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 	})
 	// These error only once the informer has started; it has not.
 	_ = inf.SetTransform(in.transform)
