@@ -39,6 +39,7 @@ type config struct {
 	logFormat        string
 	metricsAddr      string
 	metricsGiven     bool // --metrics-addr given: failing to listen is an error
+	profiling        bool // serve net/http/pprof beside the metrics
 	counters         bool // --connection-counters
 	flowLog          enforcer.FlowLog
 	healthAddr       string
@@ -127,6 +128,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 	if cmd == "run" {
 		fs.StringVar(&cfg.healthAddr, "health-addr", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:9808")
 		fs.StringVar(&cfg.metricsAddr, "metrics-addr", defaultMetricsAddr, "serve Prometheus metrics at /metrics on this address (empty: not at all)")
+		fs.BoolVar(&cfg.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on --metrics-addr (heap, CPU, goroutines: for diagnosing memory and time at scale)")
 		fs.DurationVar(&cfg.poll, "poll", 200*time.Millisecond, "how long a manifest written in place (not renamed in) must stay untouched before it is loaded, and how often to poll the directory where inotify cannot be set up (a file renamed into the directory is loaded at once)")
 		fs.DurationVar(&cfg.rescan, "rescan", 10*time.Second, "how often to read every manifest anyway, for changes inotify does not report (a network filesystem written from elsewhere, a link into another directory, lost events)")
 		fs.DurationVar(&cfg.debounce, "debounce", enforcer.DefaultDebounce, "a change after a quiet period is synced at once; changes within this long after a sync are merged into one sync when it ends (a burst costs a batch per window)")

@@ -269,7 +269,7 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 	}
 
 	if cfg.metricsAddr != "" {
-		stop, err := serveMetrics(cfg.metricsAddr, cfg.metricsGiven, newMetrics(s, cfg.counters, log, flowMetrics), log)
+		stop, err := serveMetrics(cfg.metricsAddr, cfg.metricsGiven, cfg.profiling, newMetrics(s, cfg.counters, log, flowMetrics), log)
 		if err != nil {
 			return err
 		}

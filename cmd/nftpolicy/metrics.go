@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -165,7 +166,7 @@ func (c *syncerCollector) Collect(ch chan<- prometheus.Metric) {
 // called. A listener that fails on the default address is logged and the
 // daemon goes on without metrics (another daemon on this host may hold
 // it); one given with --metrics-addr is an error.
-func serveMetrics(addr string, given bool, reg *prometheus.Registry, log *zap.Logger) (stop func(), err error) {
+func serveMetrics(addr string, given, profiling bool, reg *prometheus.Registry, log *zap.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil && !given {
 		log.Warn("cannot serve metrics on the default address; running without them (give --metrics-addr)", zap.String("addr", addr), zap.Error(err))
@@ -179,8 +180,15 @@ func serveMetrics(addr string, given bool, reg *prometheus.Registry, log *zap.Lo
 		ErrorLog:      zap.NewStdLog(log),
 		ErrorHandling: promhttp.ContinueOnError, // the other metrics still count
 	}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
-	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
+	log.Info("serving metrics", zap.String("addr", ln.Addr().String()), zap.Bool("profiling", profiling))
 	return func() { srv.Close() }, nil
 }
