@@ -305,18 +305,45 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 // (see portUse), one set per family.
 //
 // The egress ones hold every pod of the cluster serving the name, so a pod
-// event patches them rather than recomputing: count says how many pods
-// give each element (two pods may briefly share an address), and an
-// element is in the set while its count is positive. The count is keyed by
-// address and port alone (the protocol is the set's): at 150k pods an egress
-// set has 300k elements, and a whole nft.Element as the key made the count
-// 52 MB of the compiler's memory, 16 MB this way. Their users are the
-// rules of active policies matching against them.
+// event patches them rather than recomputing. An element is in its set
+// while some pod gives it; two pods may briefly give the same one (a
+// reused address), and dups counts the pods beyond the first, so that the
+// element stays while one of them does. The set's own sorted elements say
+// what is in it: at 150k pods an egress set has 300k elements, and a count
+// of every element took 16 MB (52 MB keyed by the whole element) and a
+// fifth of the first compile's time. Their users are the rules of active
+// policies matching against them.
 type portSets struct {
 	use    portUse
-	count  map[portKey]int32
+	dups   map[portKey]int32 // pods giving an element beyond the first; usually empty
 	sets   map[nft.IPFamily]*nft.Set
 	madeIn uint64 // the Compile call (Compiler.call) that made them: made from the pods as they are now, they need no patch
+}
+
+// patchSorted returns a new sorted list: elems without removed, with
+// added (all three sorted and without repeats). One pass and one
+// allocation: the previous table keeps elems, and an egress named-port set
+// is 150k elements a family at 150k pods.
+func patchSorted(elems, removed, added []nft.Element) []nft.Element {
+	out := make([]nft.Element, 0, max(0, len(elems)-len(removed))+len(added))
+	for _, el := range elems {
+		for len(added) > 0 && compareElements(added[0], el) < 0 {
+			out = append(out, added[0])
+			added = added[1:]
+		}
+		if len(added) > 0 && compareElements(added[0], el) == 0 {
+			added = added[1:] // there already
+		}
+		for len(removed) > 0 && compareElements(removed[0], el) < 0 {
+			removed = removed[1:] // not there
+		}
+		if len(removed) > 0 && compareElements(removed[0], el) == 0 {
+			removed = removed[1:]
+			continue
+		}
+		out = append(out, el)
+	}
+	return append(out, added...)
 }
 
 // A portKey is an element of a named-port set without its protocol,
@@ -354,21 +381,28 @@ func (c *Compiler) candidates(u portUse) []*pod {
 
 func (c *Compiler) acquirePortSets(u portUse) {
 	c.portSets.acquire(u, func() *portSets {
-		e := &portSets{use: u, count: map[portKey]int32{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
+		e := &portSets{use: u, dups: map[portKey]int32{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
 		elems := map[nft.IPFamily][]nft.Element{}
 		for _, pd := range c.candidates(u) {
 			for _, el := range pd.portElements(u) {
-				if e.count[keyOf(el)]++; e.count[keyOf(el)] == 1 {
-					f := nft.FamilyOf(el.Addr)
-					elems[f] = append(elems[f], el)
-				}
+				f := nft.FamilyOf(el.Addr)
+				elems[f] = append(elems[f], el)
 			}
 		}
 		for _, f := range families {
-			slices.SortFunc(elems[f], compareElements)
-			// Held as long as the set: without append's slack (up to half
-			// of 300k elements at 150k pods).
-			e.sets[f] = e.newSet(f, slices.Clone(elems[f]))
+			all := elems[f]
+			slices.SortFunc(all, compareElements)
+			// Held as long as the set: one of each element, without
+			// append's slack.
+			kept := make([]nft.Element, 0, len(all))
+			for i, el := range all {
+				if i > 0 && compareElements(all[i-1], el) == 0 {
+					e.dups[keyOf(el)]++
+					continue
+				}
+				kept = append(kept, el)
+			}
+			e.sets[f] = e.newSet(f, slices.Clip(kept))
 			c.putSet(e.sets[f])
 		}
 		return e
@@ -404,7 +438,17 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 		if e.madeIn == c.call {
 			continue
 		}
-		var gone, came []nft.Element
+		// What leaves and what comes, as the pods' changes are taken one
+		// by one: an element can leave with one pod and come back with
+		// another, which is no change.
+		gone, came := map[nft.Element]bool{}, map[nft.Element]bool{}
+		present := func(el nft.Element) bool {
+			if came[el] {
+				return true
+			}
+			_, in := slices.BinarySearchFunc(e.sets[nft.FamilyOf(el.Addr)].Elements, el, compareElements)
+			return in && !gone[el]
+		}
 		for _, changed := range ch.pods {
 			for _, pc := range changed {
 				if pc.old != nil && pc.new != nil && pc.old.local == pc.new.local &&
@@ -412,53 +456,48 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 					continue // labels: nothing this set holds
 				}
 				for _, el := range pc.old.portElements(e.use) {
-					if e.count[keyOf(el)]--; e.count[keyOf(el)] == 0 {
-						delete(e.count, keyOf(el))
-						gone = append(gone, el)
+					switch k := keyOf(el); {
+					case e.dups[k] > 0:
+						if e.dups[k]--; e.dups[k] == 0 {
+							delete(e.dups, k)
+						}
+					case came[el]:
+						delete(came, el)
+					default:
+						gone[el] = true
 					}
 				}
 				for _, el := range pc.new.portElements(e.use) {
-					if e.count[keyOf(el)]++; e.count[keyOf(el)] == 1 {
-						came = append(came, el)
+					switch {
+					case present(el):
+						e.dups[keyOf(el)]++
+					case gone[el]:
+						delete(gone, el)
+					default:
+						came[el] = true
 					}
 				}
-			}
-		}
-		// An element can leave with one pod and come back with another.
-		inBoth := map[nft.Element]bool{}
-		for _, el := range came {
-			if slices.Contains(gone, el) {
-				inBoth[el] = true
 			}
 		}
 		for _, f := range families {
 			var removed, added []nft.Element
-			for _, el := range gone {
-				if nft.FamilyOf(el.Addr) == f && !inBoth[el] {
+			for el := range gone {
+				if nft.FamilyOf(el.Addr) == f {
 					removed = append(removed, el)
 				}
 			}
-			for _, el := range came {
-				if nft.FamilyOf(el.Addr) == f && !inBoth[el] {
+			for el := range came {
+				if nft.FamilyOf(el.Addr) == f {
 					added = append(added, el)
 				}
 			}
 			if len(removed)+len(added) == 0 {
 				continue
 			}
+			slices.SortFunc(removed, compareElements)
+			slices.SortFunc(added, compareElements)
 			before := e.sets[f]
-			elems := slices.Clone(before.Elements)
-			for _, el := range removed {
-				if i, ok := slices.BinarySearchFunc(elems, el, compareElements); ok {
-					elems = slices.Delete(elems, i, i+1)
-				}
-			}
-			for _, el := range added {
-				if i, ok := slices.BinarySearchFunc(elems, el, compareElements); !ok {
-					elems = slices.Insert(elems, i, el)
-				}
-			}
-			e.sets[f] = e.newSet(f, elems)
+			e.sets[f] = e.newSet(f, patchSorted(before.Elements, removed, added))
 			c.putSet(e.sets[f])
 			// The delta can say exactly what changed, without comparing
 			// two sets of every pod in the cluster.
