@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// A daemon is a running `nftpolicy run`.
+type daemon struct {
+	cmd         *exec.Cmd
+	start       time.Time // just before the process started
+	logPath     string
+	healthAddr  string
+	metricsAddr string
+	hc          *http.Client
+
+	done    chan struct{} // closed once the process has exited
+	waitErr error         // its exit status, once done
+
+	peak     atomic.Uint64 // largest VmRSS sampled, bytes
+	stopOnce sync.Once
+	sampled  chan struct{} // closed once the sampler has stopped
+}
+
+// startDaemon starts bin run against kubeconfig in netns, its log to
+// logPath, and samples its VmRSS every 100 ms until it exits.
+func startDaemon(ctx context.Context, bin, logPath, kubeconfig, netns string, extra []string) (*daemon, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{
+		logPath:     logPath,
+		healthAddr:  "127.0.0.1:" + strconv.Itoa(ports[0]),
+		metricsAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
+		hc:          &http.Client{Timeout: 10 * time.Second},
+		done:        make(chan struct{}),
+		sampled:     make(chan struct{}),
+	}
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"run", "--kubeconfig", kubeconfig, "--node", node, "--netns", netns,
+		"--health-addr", d.healthAddr, "--metrics-addr", d.metricsAddr}, extra...)
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Stdout, d.cmd.Stderr = log, log
+	// Its own process group, and killed should this process die without
+	// stopping it.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	started := make(chan error)
+	starter <- func() {
+		d.start = time.Now()
+		started <- d.cmd.Start()
+	}
+	if err := <-started; err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		log.Close()
+		close(d.done)
+	}()
+	go d.sample()
+	return d, nil
+}
+
+// starter runs cmd.Start on one OS thread that never exits. Pdeathsig is
+// sent when the thread that started the child exits, not the process, and
+// Go ends threads (nft and netlink throw away threads they switched into
+// another namespace), so starting from an arbitrary goroutine could kill
+// the daemon in the middle of a run.
+var starter = func() chan func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread()
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+}()
+
+// sample keeps the largest VmRSS, read every 100 ms, until the process
+// exits.
+func (d *daemon) sample() {
+	defer close(d.sampled)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if rss, _, err := d.memory(); err == nil && rss > d.peak.Load() {
+			d.peak.Store(rss)
+		}
+		select {
+		case <-d.done:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (d *daemon) peakRSS() uint64 { return d.peak.Load() }
+
+// memory returns VmRSS and VmHWM of the process, in bytes.
+func (d *daemon) memory() (rss, hwm uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("daemon memory: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || name != "VmRSS" && name != "VmHWM" {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("daemon memory: %s: %w", strings.TrimSpace(line), err)
+		}
+		if name == "VmRSS" {
+			rss = kb << 10
+		} else {
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm, nil
+}
+
+// ready reports whether /readyz answers 200.
+func (d *daemon) ready() bool {
+	resp, err := d.hc.Get("http://" + d.healthAddr + "/readyz")
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// metrics returns the unlabelled samples of /metrics, by name.
+func (d *daemon) metrics() (map[string]float64, error) {
+	resp, err := d.hc.Get("http://" + d.metricsAddr + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("daemon metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("daemon metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || strings.Contains(line, "{") {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// heapProfile writes the daemon's heap profile (--profiling's
+// /debug/pprof/heap, after a collection, so that it shows what is live)
+// to path. The profile carries its symbols: it reads without the binary.
+func (d *daemon) heapProfile(path string) error {
+	resp, err := d.hc.Get("http://" + d.metricsAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s (is --profiling a flag of this nftpolicy?)", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
+}
+
+// Exited returns an error if the process has exited.
+func (d *daemon) Exited() error {
+	select {
+	case <-d.done:
+		return fmt.Errorf("%w: %v; log tail:\n%s", errExited, d.waitErr, tail(d.logPath, 20))
+	default:
+		return nil
+	}
+}
+
+// Stop ends the daemon: SIGTERM, then SIGKILL to its process group after
+// 10 s.
+func (d *daemon) Stop() {
+	d.stopOnce.Do(func() {
+		select {
+		case <-d.done:
+		default:
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.done:
+			case <-time.After(10 * time.Second):
+				syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+				<-d.done
+			}
+		}
+		<-d.sampled
+	})
+}
+
+// waitStarted waits until the daemon has programmed its first table and
+// answers /readyz with 200, and records both times from its start and the
+// bytes it had read from the API server when ready.
+func waitStarted(ctx context.Context, d *daemon, k *kernel, p *proxy, timeout time.Duration, out io.Writer, res *results) error {
+	ready := make(chan time.Time, 1)
+	readyCtx, stopReady := context.WithCancel(ctx)
+	defer stopReady()
+	go func() {
+		for readyCtx.Err() == nil {
+			if d.ready() {
+				ready <- time.Now()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	gen, err := k.generation()
+	if err != nil {
+		return err
+	}
+	deadline := d.start.Add(timeout)
+	nextNote := time.Now().Add(30 * time.Second)
+	programmed, isReady := false, false
+	for !programmed || !isReady {
+		select {
+		case at := <-ready:
+			isReady = true
+			res.rxReady = p.Received()
+			res.toReady = at.Sub(d.start)
+			fmt.Fprintf(out, "ready: /readyz 200 %s after start; %s MB from the API server until then\n", seconds(res.toReady), mb(uint64(res.rxReady)))
+		default:
+		}
+		if !programmed {
+			g, err := k.generation()
+			if err != nil {
+				return err
+			}
+			if g != gen {
+				at := time.Now()
+				gen = g
+				if programmed, err = k.hasTable(); err != nil {
+					return err
+				} else if programmed {
+					res.toProgrammed = at.Sub(d.start)
+					fmt.Fprintf(out, "programmed: table inet %s with content %s after start\n", tableName, seconds(res.toProgrammed))
+				}
+			}
+		}
+		if err := d.Exited(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now := time.Now()
+		if now.After(deadline) {
+			return fmt.Errorf("the daemon is not ready %v after start (programmed: %v); log tail:\n%s", timeout, programmed, tail(d.logPath, 20))
+		}
+		if now.After(nextNote) {
+			rss, _, _ := d.memory()
+			fmt.Fprintf(out, "waiting: %s after start, rss %s MB, %s MB from the API server\n", now.Sub(d.start).Round(time.Second), mb(rss), mb(uint64(p.Received())))
+			nextNote = now.Add(30 * time.Second)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// printDaemonProblems prints the warnings and errors the daemon logged
+// (the console encoder's level field: "\twarn\t", "\terror\t").
+func printDaemonProblems(out io.Writer, logPath string) {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		fmt.Fprintf(out, "daemon log: %v\n", err)
+		return
+	}
+	var problems []string
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, "\twarn\t") || strings.Contains(line, "\terror\t") || strings.Contains(line, "\tpanic\t") || strings.HasPrefix(line, "panic:") {
+			problems = append(problems, strings.TrimRight(line, "\n"))
+		}
+	}
+	fmt.Fprintf(out, "daemon log: %d lines, %d warnings or errors\n", bytes.Count(b, []byte("\n")), len(problems))
+	for i, line := range problems {
+		if i == 10 {
+			fmt.Fprintf(out, "  … %d more\n", len(problems)-i)
+			break
+		}
+		if len(line) > 400 {
+			line = line[:400] + "…"
+		}
+		fmt.Fprintf(out, "  %s\n", line)
+	}
+}
+
+// tail returns the last lines of a file.
+func tail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	parts := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return string(bytes.Join(parts, []byte("\n")))
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// writeKubeconfig writes a kubeconfig for server, trusting the CA in
+// caFile, authenticated with token.
+func writeKubeconfig(path, server, caFile, token string) error {
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: bench
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: bench
+  user:
+    token: %s
+contexts:
+- name: bench
+  context: {cluster: bench, user: bench}
+current-context: bench
+`, server, caFile, token)
+	return os.WriteFile(path, []byte(kc), 0o600)
+}
+
+// A proxy passes TCP connections through to the API server, TLS and all,
+// and counts the bytes each way.
+type proxy struct {
+	ln     net.Listener
+	target string
+	rx, tx atomic.Int64 // from the API server, to it
+
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func startProxy(target string) (*proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// Addr is host:port to connect to.
+func (p *proxy) Addr() string { return p.ln.Addr().String() }
+
+// Received is the bytes the API server sent through the proxy so far.
+func (p *proxy) Received() int64 { return p.rx.Load() }
+
+func (p *proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, up) {
+			return
+		}
+		p.wg.Add(2)
+		go p.pipe(up, c, &p.rx)
+		go p.pipe(c, up, &p.tx)
+	}
+}
+
+// track registers a connection pair, false once the proxy is closed.
+func (p *proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range conns {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range conns {
+		p.conns[c] = true
+	}
+	return true
+}
+
+// pipe copies from src to dst, counting, until either end closes; then it
+// closes both, so the other direction ends too.
+func (p *proxy) pipe(src, dst net.Conn, n *atomic.Int64) {
+	defer p.wg.Done()
+	buf := make([]byte, 256<<10)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			n.Add(int64(k))
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	src.Close()
+	dst.Close()
+	p.mu.Lock()
+	delete(p.conns, src)
+	delete(p.conns, dst)
+	p.mu.Unlock()
+}
+
+// Close stops accepting, closes every connection and waits for the
+// copies to end.
+func (p *proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.ln.Close()
+	p.wg.Wait()
+}

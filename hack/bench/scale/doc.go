@@ -1,0 +1,131 @@
+// Command scale measures `nftpolicy run --kubeconfig` against a real
+// kube-apiserver and etcd (internal/apiserver) holding a large synthetic
+// cluster: how long the daemon takes to program its first table and to be
+// ready, the memory it holds, the bytes it reads from the API server, and
+// how long a change written to the API server takes to reach the kernel.
+// The figures a unit benchmark cannot give: informers listing 150k pods,
+// watch caches, decoding and the first compile, all in one process.
+//
+//	go run ./hack/bench/scale -pods 150000 -policies 10000 -nodes 5000
+//
+// # Flags
+//
+//   - -pods, -policies, -nodes, -namespaces: the cluster's size (below);
+//   - -events: events of each kind (100);
+//   - -bin: a prebuilt nftpolicy; -daemon-args: more flags for it;
+//     -daemon-log: keep its log in this file;
+//   - -heap-profile FILE: a heap profile of the daemon (below);
+//   - -parallel: clients creating the cluster (32); -gap: quiet before each
+//     event; -settle: from ready to the steady reading (10 s);
+//     -ready-timeout (30 min).
+//
+// Creating the cluster takes most of a run: about 900 writes a second on
+// 2 cores, 6 minutes for 150k pods (each pod is two writes).
+//
+// # The cluster
+//
+// internal/scale.ClusterOnNodes: -namespaces namespaces (default
+// -policies/100), the pods and policies shared equally among them (rounded
+// down), the policies of the internal/scale mix, and -nodes Nodes, node-0
+// to node-(N-1), each with its InternalIPs. Pods are spread evenly over
+// the nodes, so about pods/nodes of them are on node-0, the node under
+// test. Everything is created through the API with -parallel clients over
+// several connections, in protobuf: each pod and node is created, then
+// given its status (addresses), as the kubelet does, since the API server
+// drops the status a create carries. Progress and the rate are printed
+// every 10 seconds.
+//
+// # The daemon
+//
+// The binary is -bin, else built from the module's ./cmd/nftpolicy into a
+// temporary directory. It runs as
+//
+//	nftpolicy run --kubeconfig K --node node-0 --netns NS --health-addr 127.0.0.1:P --metrics-addr 127.0.0.1:Q [--profiling] [-daemon-args]
+//
+// in a network namespace of its own (nftbench-scale-PID), with a
+// kubeconfig whose server is a counting TCP proxy in this process: the
+// TLS stream passes through untouched (the serving certificate is for
+// 127.0.0.1, as is the proxy), and the bytes from the API server to the
+// daemon are counted.
+//
+// # What it reports
+//
+// Each figure is printed as it is measured, then a summary line whose
+// first fields are stable:
+//
+//	scale: pods=N policies=M nodes=K start_to_programmed_s=… start_to_ready_s=… rss_mb=… hwm_mb=… heap_mb=… api_rx_mb=… event_p99_ms=… [more key=value]
+//
+// The fields:
+//
+//   - start_to_programmed_s: from just before the daemon's process starts
+//     to the first ruleset generation, polled every millisecond over
+//     netlink in its namespace, at which table inet nftpolicy exists and
+//     holds chains;
+//   - start_to_ready_s: to /readyz answering 200, polled every 5 ms;
+//   - rss_mb: VmRSS (/proc/PID/status, read from outside) -settle after
+//     ready; hwm_mb: VmHWM at the end; rss_peak_mb: the largest VmRSS of
+//     those sampled every 100 ms from start to end;
+//   - heap_mb: go_memstats_heap_inuse_bytes of the daemon's /metrics at
+//     the same time as rss_mb (heap_alloc_mb: go_memstats_heap_alloc_bytes);
+//   - api_rx_mb: the bytes the API server sent the daemon until ready
+//     (the lists and the start of the watches), as they cross the wire:
+//     the API server gzips large responses to a client that accepts it, as
+//     client-go does, and the synthetic pods, alike, compress far better
+//     than a real cluster's; api_rx_total_mb, until the end, events
+//     included;
+//   - event_p99_ms: the p99 of every event below, all kinds together;
+//     <kind>_p50_ms and <kind>_p99_ms per kind.
+//
+// MB are 2^20 bytes.
+//
+// -heap-profile FILE runs the daemon with --profiling and, after the
+// steady reading, writes its heap profile (/debug/pprof/heap?gc=1 on the
+// metrics address) to FILE, for `go tool pprof`: what holds the memory.
+//
+// # Events
+//
+// -events events of each kind are written through the API server while
+// the cluster is at full size, one at a time. Each is written -gap (the
+// daemon's default debounce and 100 ms) after the kernel held the previous
+// one, so it meets a quiet daemon and is synced on the debounce's leading
+// edge, and each is timed from just before its API write to the first
+// ruleset generation after which the kernel holds it: the generation is
+// read every 0.2 ms over netlink, and at each new one the content the
+// event must change is read back (nothing sleeps to wait). An event the
+// kernel does not show within 30 s fails the run: every event must change
+// the kernel, so none times a no-op.
+//
+//   - pod_add: the status write that gives a new pod on another node its
+//     addresses (the pod was created earlier, untimed, without them: an API
+//     server drops the status of a create, so a pod becomes a peer at this
+//     write, as it does in a real cluster when its kubelet reports it). The
+//     pod copies the labels and namespace of a peer of a policy that
+//     selects a pod of node-0, so its IPv4 address (in 100.64.0.0/10) must
+//     enter that peer set (the set whose comment is "peers <key>", the key
+//     as enforcer spells it).
+//   - pod_delete: those pods deleted (grace period 0, so the object goes
+//     at once, as after its kubelet confirmed); the address must leave the
+//     set. The API server sends such a delete as two watch events, an
+//     update that sets deletionTimestamp and then the deletion, 0.1 ms
+//     apart: the first is synced on the leading edge and changes nothing,
+//     so the second waits out the debounce. Expect the debounce here, as
+//     for a kubelet's final delete in a real cluster.
+//   - pod_label_change: a peer pod on another node gets, in the label its
+//     peer selector reads (tier), a value no selector names, so its address
+//     must leave the set; the next event gives the label back, and it must
+//     enter the set again.
+//   - policy_edit: the first port of the first ingress rule of a policy
+//     that selects a pod of node-0 changes, and the policy's chain
+//     (ingress-<hash>-<ns>/<name>) must compare the new port.
+//
+// # Clean up
+//
+// The API server, etcd, the daemon, the namespace and the temporary
+// directory are removed on every exit path, an interrupt (SIGINT, SIGTERM)
+// included; the daemon and the API server also die with this process
+// (Pdeathsig). -daemon-log keeps the daemon's log; else its warnings and
+// errors are printed at the end and the file goes with the directory.
+//
+// Needs root (a network namespace), and the kube-apiserver and etcd that
+// hack/tools/build.sh builds.
+package main
