@@ -689,8 +689,15 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 					break drain
 				}
 			}
-			_, err := s.Sync(pending)
-			lastSync = time.Now()
+			res, err := s.Sync(pending)
+			// The window opens only on a write: it spares the kernel a
+			// batch per change of a burst, and a sync that wrote nothing
+			// cost none. A pod deleted at once comes as two events, the
+			// deletion timestamp (which moves nothing) and the removal:
+			// the removal is then synced at once, not a window later.
+			if err != nil || res.Batch.Messages > 0 {
+				lastSync = time.Now()
+			}
 			switch {
 			case errors.Is(err, ErrOwned):
 				// Only before our record was ever written: another daemon
