@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -38,24 +39,47 @@ func (c *Compiler) peerSelects(e *peerSets, pd *pod) bool {
 // reports false when it cannot (the set was never counted, or it names
 // nodes), and the caller rebuilds it.
 func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
-	if e.count == nil || len(e.parsed.nodes) > 0 {
+	if e.dups == nil || len(e.parsed.nodes) > 0 {
 		return false
 	}
-	var gone, came []netip.Addr
+	// What leaves and what comes, as the pods' changes are taken one by
+	// one: an address can leave with one pod and come back with another,
+	// which is no change. Outside the ipBlocks (never counted: edit leaves
+	// them), an address is in the set while some selected pod holds it.
+	gone, came := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	held := func(ip netip.Addr) bool {
+		if came[ip] {
+			return true
+		}
+		return !gone[ip] && inRangeElements(e.sets[nft.FamilyOf(ip)].Elements, ip)
+	}
 	for _, changed := range ch.pods {
 		for _, pc := range changed {
 			if pc.old != nil && c.peerSelects(e, pc.old) {
 				for _, ip := range pc.old.ips {
-					if e.count[ip]--; e.count[ip] == 0 {
-						delete(e.count, ip)
-						gone = append(gone, ip)
+					switch {
+					case e.inBlocks(ip):
+					case e.dups[ip] > 0:
+						if e.dups[ip]--; e.dups[ip] == 0 {
+							delete(e.dups, ip)
+						}
+					case came[ip]:
+						delete(came, ip)
+					default:
+						gone[ip] = true
 					}
 				}
 			}
 			if pc.new != nil && c.peerSelects(e, pc.new) {
 				for _, ip := range pc.new.ips {
-					if e.count[ip]++; e.count[ip] == 1 {
-						came = append(came, ip)
+					switch {
+					case e.inBlocks(ip):
+					case held(ip):
+						e.dups[ip]++
+					case gone[ip]:
+						delete(gone, ip)
+					default:
+						came[ip] = true
 					}
 				}
 			}
@@ -63,9 +87,6 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 	}
 	elems := map[nft.IPFamily][]nft.Element{}
 	edit := func(ip netip.Addr, add bool) {
-		if e.parsed.blocks != nil && e.parsed.blocks.Contains(ip) {
-			return // an ipBlock names it whatever the pods do
-		}
 		f := nft.FamilyOf(ip)
 		if _, ok := elems[f]; !ok {
 			elems[f] = slices.Clone(e.sets[f].Elements)
@@ -76,15 +97,11 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 			elems[f] = removeAddr(elems[f], ip)
 		}
 	}
-	for _, ip := range gone {
-		if e.count[ip] == 0 {
-			edit(ip, false)
-		}
+	for _, ip := range slices.SortedFunc(maps.Keys(gone), netip.Addr.Compare) {
+		edit(ip, false)
 	}
-	for _, ip := range came {
-		if e.count[ip] > 0 {
-			edit(ip, true)
-		}
+	for _, ip := range slices.SortedFunc(maps.Keys(came), netip.Addr.Compare) {
+		edit(ip, true)
 	}
 	for _, f := range families {
 		next, ok := elems[f]
@@ -97,6 +114,18 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 		c.putSet(&s)
 	}
 	return true
+}
+
+// inBlocks reports whether an ipBlock of e names ip.
+func (e *peerSets) inBlocks(ip netip.Addr) bool {
+	return e.parsed.blocks != nil && e.parsed.blocks.Contains(ip)
+}
+
+// inRangeElements reports whether ranges (sorted and merged, as rangesOf
+// leaves them) hold ip.
+func inRangeElements(ranges []nft.Element, ip netip.Addr) bool {
+	i, _ := slices.BinarySearchFunc(ranges, ip, func(el nft.Element, ip netip.Addr) int { return lastOf(el).Compare(ip) })
+	return i < len(ranges) && ranges[i].Addr.Compare(ip) <= 0
 }
 
 func lastOf(el nft.Element) netip.Addr {

@@ -147,9 +147,12 @@ type peerSets struct {
 	key    string
 	parsed *parsedPeers
 	sets   map[nft.IPFamily]*nft.Set
-	// count is how many selected pods hold each address (two may,
-	// briefly), for patchPeers.
-	count map[netip.Addr]int
+	// dups counts, for patchPeers, the selected pods beyond the first
+	// that hold an address (two may, briefly); usually empty. Whether an
+	// address outside the ipBlocks is held at all, the set's ranges say:
+	// a count of every address was a map of 100k entries for a peer set
+	// naming a third of 150k pods. nil until counted.
+	dups map[netip.Addr]int32
 }
 
 func (c *Compiler) acquirePeers(key string, parsed *parsedPeers) {
@@ -181,8 +184,9 @@ func (c *Compiler) computePeers(e *peerSets) {
 		all.AddSet(e.parsed.blocks)
 	}
 	// Each pod once, however many selectors name it (see patchPeers).
-	e.count = map[netip.Addr]int{}
+	e.dups = map[netip.Addr]int32{}
 	counted := map[*pod]bool{}
+	held := map[netip.Addr]bool{}
 	for _, s := range e.parsed.selectors {
 		for _, pd := range c.selectPods(e.parsed.policyNS, s) {
 			if counted[pd] {
@@ -191,7 +195,13 @@ func (c *Compiler) computePeers(e *peerSets) {
 			counted[pd] = true
 			for _, ip := range pd.ips {
 				all.Add(ip)
-				e.count[ip]++
+				if e.inBlocks(ip) {
+					continue // named whatever the pods do: not counted
+				}
+				if held[ip] {
+					e.dups[ip]++
+				}
+				held[ip] = true
 			}
 		}
 	}
@@ -556,8 +566,18 @@ func protoName(p corev1.Protocol) nft.Proto {
 }
 
 func rangesOf(s *netipx.IPSet, f nft.IPFamily) []nft.Element {
-	var out []nft.Element
-	for _, r := range s.Ranges() {
+	ranges := s.Ranges()
+	n := 0
+	for _, r := range ranges {
+		if nft.FamilyOf(r.From()) == f {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]nft.Element, 0, n) // exact: the set keeps it
+	for _, r := range ranges {
 		if nft.FamilyOf(r.From()) != f {
 			continue
 		}
