@@ -392,27 +392,45 @@ func (c *Compiler) candidates(u portUse) []*pod {
 func (c *Compiler) acquirePortSets(u portUse) {
 	c.portSets.acquire(u, func() *portSets {
 		e := &portSets{use: u, dups: map[portKey]int32{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
-		elems := map[nft.IPFamily][]nft.Element{}
-		for _, pd := range c.candidates(u) {
-			for _, el := range pd.portElements(u) {
-				f := nft.FamilyOf(el.Addr)
-				elems[f] = append(elems[f], el)
-			}
+		// One list of every element, sized first: at 150k pods it is
+		// 300k elements, and growing it by appends allocated it several
+		// times over at the first sync's peak.
+		cands := c.candidates(u)
+		n := 0
+		for _, pd := range cands {
+			n += pd.countPortElements(u)
+		}
+		every := make([]nft.Element, 0, n)
+		for _, pd := range cands {
+			every = pd.appendPortElements(every, u)
+		}
+		// Sorted, the IPv4 elements come first (netip.Addr orders by
+		// length): each family is a part of the list, made unique in
+		// place and then copied out at its size, which the set keeps.
+		slices.SortFunc(every, compareElements)
+		v6 := slices.IndexFunc(every, func(el nft.Element) bool { return nft.FamilyOf(el.Addr) == nft.IPv6 })
+		if v6 < 0 {
+			v6 = len(every)
 		}
 		for _, f := range families {
-			all := elems[f]
-			slices.SortFunc(all, compareElements)
-			// Held as long as the set: one of each element, without
-			// append's slack.
-			kept := make([]nft.Element, 0, len(all))
-			for i, el := range all {
-				if i > 0 && compareElements(all[i-1], el) == 0 {
+			part := every[:v6]
+			if f == nft.IPv6 {
+				part = every[v6:]
+			}
+			kept := 0
+			for _, el := range part {
+				if kept > 0 && compareElements(part[kept-1], el) == 0 {
 					e.dups[keyOf(el)]++
 					continue
 				}
-				kept = append(kept, el)
+				part[kept] = el
+				kept++
 			}
-			e.sets[f] = e.newSet(f, slices.Clip(kept))
+			var elems []nft.Element
+			if kept > 0 {
+				elems = slices.Clone(part[:kept])
+			}
+			e.sets[f] = e.newSet(f, elems)
 			c.putSet(e.sets[f])
 		}
 		return e
@@ -518,20 +536,36 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 
 // portElements are the elements a pod (nil: none) gives the set of named
 // port u, unsorted: none from another node's pod for ingress.
-func (p *pod) portElements(u portUse) []nft.Element {
+func (p *pod) portElements(u portUse) []nft.Element { return p.appendPortElements(nil, u) }
+
+// appendPortElements appends p's portElements to dst.
+func (p *pod) appendPortElements(dst []nft.Element, u portUse) []nft.Element {
 	if p == nil || (u.ingress && !p.local) {
-		return nil
+		return dst
 	}
-	var out []nft.Element
 	for _, cp := range p.ports {
 		if cp.Name != u.name || protoName(cp.Protocol) != u.proto {
 			continue
 		}
 		for _, ip := range p.ips {
-			out = append(out, nft.Element{Addr: ip, Proto: u.proto, Port: uint16(cp.ContainerPort)})
+			dst = append(dst, nft.Element{Addr: ip, Proto: u.proto, Port: uint16(cp.ContainerPort)})
 		}
 	}
-	return out
+	return dst
+}
+
+// countPortElements is len(p.portElements(u)), without making them.
+func (p *pod) countPortElements(u portUse) int {
+	if p == nil || (u.ingress && !p.local) {
+		return 0
+	}
+	n := 0
+	for _, cp := range p.ports {
+		if cp.Name == u.name && protoName(cp.Protocol) == u.proto {
+			n += len(p.ips)
+		}
+	}
+	return n
 }
 
 func compareElements(a, b nft.Element) int {

@@ -335,16 +335,43 @@ func (b *writer) addSet(s *Set) error {
 		ns.IsMap = true
 		ns.DataType = nftables.TypeVerdict
 	}
-	elems, err := encodeElements(s)
-	if err != nil {
-		return err
-	}
 	if err := b.nl.AddSet(ns, nil); err != nil {
 		return err
 	}
 	b.sets[s.Name] = ns
 	b.stats.Messages++
-	return b.elements(ns, elems, true)
+	// Encoded a message's worth at a time: a named-port set of 150k pods
+	// is 300k elements, and the encoded form of a whole set at once was
+	// ~60 MB alive at the first sync's peak. (Validate checked every
+	// element, so encoding fails only on what it cannot know.)
+	var pending []nftables.SetElement // encoded, not yet queued
+	if leadingEnd(s) {
+		pending = append(pending, nftables.SetElement{Key: addrBytes(zeroAddr(s.Key.Family())), IntervalEnd: true})
+	}
+	for rest := s.Elements; len(rest) > 0; {
+		n := min(len(rest), elementsPerMessage/2) // an interval is two elements
+		elems, err := encodeList(s, rest[:n])
+		if err != nil {
+			return err
+		}
+		pending = append(pending, elems...)
+		rest = rest[n:]
+		// Queue whole messages, keeping what is left for the next round
+		// (elements splits a message so as not to part a start from its
+		// end; so may it here).
+		full := len(pending) / elementsPerMessage * elementsPerMessage
+		if len(rest) == 0 {
+			full = len(pending)
+		}
+		if full > 0 && full < len(pending) && pending[full].IntervalEnd {
+			full++
+		}
+		if err := b.elements(ns, pending[:full], true); err != nil {
+			return err
+		}
+		pending = append(pending[:0:0], pending[full:]...)
+	}
+	return b.elements(ns, pending, true)
 }
 
 // updateElements queues the difference between the encoded elements of two
