@@ -105,11 +105,12 @@
 //     as enforcer spells it).
 //   - pod_delete: those pods deleted (grace period 0, so the object goes
 //     at once, as after its kubelet confirmed); the address must leave the
-//     set. The API server sends such a delete as two watch events, an
-//     update that sets deletionTimestamp and then the deletion, 0.1 ms
-//     apart: the first is synced on the leading edge and changes nothing,
-//     so the second waits out the debounce. Expect the debounce here, as
-//     for a kubelet's final delete in a real cluster.
+//     set. The API server sends such a delete, as a kubelet's final
+//     delete in a real cluster, as two watch events 0.1 ms apart: an
+//     update that sets deletionTimestamp, then the deletion. The first
+//     changes nothing in the kernel; a daemon whose no-op sync opened the
+//     debounce window (before 134b1d7) made the second wait it out, so
+//     pod_delete took the debounce, about 150 ms.
 //   - pod_label_change: a peer pod on another node gets, in the label its
 //     peer selector reads (tier), a value no selector names, so its address
 //     must leave the set; the next event gives the label back, and it must
