@@ -38,7 +38,7 @@ type daemon struct {
 
 // startDaemon starts bin run against kubeconfig in netns, its log to
 // logPath, and samples its VmRSS every 100 ms until it exits.
-func startDaemon(ctx context.Context, bin, logPath, kubeconfig, netns string, extra []string) (*daemon, error) {
+func startDaemon(ctx context.Context, bin, logPath, kubeconfig, netns string, extra, env []string) (*daemon, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -58,6 +58,7 @@ func startDaemon(ctx context.Context, bin, logPath, kubeconfig, netns string, ex
 	args := append([]string{"run", "--kubeconfig", kubeconfig, "--node", node, "--netns", netns,
 		"--health-addr", d.healthAddr, "--metrics-addr", d.metricsAddr}, extra...)
 	d.cmd = exec.Command(bin, args...)
+	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = log, log
 	// Its own process group, and killed should this process die without
 	// stopping it.

@@ -31,6 +31,7 @@ type config struct {
 	pods, policies, nodes, namespaces int
 	events, parallel                  int
 	bin, daemonArgs, daemonLog        string
+	daemonEnv                         string
 	heapProfile                       string
 	gap, settle, readyTimeout         time.Duration
 }
@@ -45,6 +46,7 @@ func run() int {
 	flag.IntVar(&cfg.parallel, "parallel", 32, "parallel API clients creating the cluster")
 	flag.StringVar(&cfg.bin, "bin", "", "a prebuilt nftpolicy binary (default: build ./cmd/nftpolicy into a temporary directory)")
 	flag.StringVar(&cfg.daemonArgs, "daemon-args", "", "more flags for `nftpolicy run`, space-separated")
+	flag.StringVar(&cfg.daemonEnv, "daemon-env", "", "more environment for `nftpolicy run`, space-separated KEY=VALUE: GOMEMLIMIT=410MiB is what a 512Mi container limit makes the daemon set itself (80%), which this machine's hybrid cgroups cannot show it")
 	flag.StringVar(&cfg.daemonLog, "daemon-log", "", "write the daemon's log to this file and keep it (default: a temporary file)")
 	flag.StringVar(&cfg.heapProfile, "heap-profile", "", "write a heap profile of the daemon, taken after the steady memory reading, to this file (runs the daemon with --profiling)")
 	flag.DurationVar(&cfg.gap, "gap", enforcer.DefaultDebounce+100*time.Millisecond, "quiet before each event, from the kernel holding the previous one (more than the daemon's --debounce, so each event is synced on the leading edge)")
@@ -188,7 +190,7 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.heapProfile != "" {
 		args = append(args, "--profiling")
 	}
-	d, err := startDaemon(ctx, bin, logPath, kubeconfig, netns, args)
+	d, err := startDaemon(ctx, bin, logPath, kubeconfig, netns, args, strings.Fields(cfg.daemonEnv))
 	if err != nil {
 		return err
 	}
