@@ -43,10 +43,15 @@ import (
 // Health says whether the caches follow the API server: see Health and
 // the link type for how a failing and a recovered connection are told.
 type Informers struct {
-	log     *zap.Logger
-	server  string                      // the API server's URL, for messages
-	infs    []cache.SharedIndexInformer // namespaces, pods, nodes, policies
-	changed chan struct{}               // capacity 1: "something changed since the last Snapshot"
+	log    *zap.Logger
+	server string                      // the API server's URL, for messages
+	infs   []cache.SharedIndexInformer // namespaces, pods, nodes, policies
+	// handled[i] reports whether infs[i]'s handlers have seen its first
+	// list (the registration's HasSynced): handlers run behind the cache,
+	// and a first Snapshot taken before they caught up saw every later
+	// notification of the list as a change to patch in.
+	handled []func() bool
+	changed chan struct{} // capacity 1: "something changed since the last Snapshot"
 
 	mu sync.Mutex
 	// invalid holds the transformed objects the API server accepted but
@@ -145,7 +150,9 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	objs := []runtime.Object{&corev1.Namespace{}, &corev1.Pod{}, &corev1.Node{}, &networkingv1.NetworkPolicy{}}
 	for i, l := range links {
 		l.in, l.resource, l.noWatchList = in, resources[i], noWatchList
-		in.infs = append(in.infs, in.newInformer(l, objs[i], opts.Resync, i))
+		inf, handled := in.newInformer(l, objs[i], opts.Resync, i)
+		in.infs = append(in.infs, inf)
+		in.handled = append(in.handled, handled)
 	}
 	in.resync = opts.Resync
 	return in
@@ -156,15 +163,16 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 //
 // kind is its index in infs, whose list its events make dirty; -1 for the
 // ClusterNetworkPolicy informer, whose list is always rebuilt.
-func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Duration, kind int) cache.SharedIndexInformer {
+// handled reports whether the handlers have seen the first list.
+func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Duration, kind int) (inf cache.SharedIndexInformer, handled func() bool) {
 	// No indexers: nothing looks objects up by anything but their key,
 	// and a namespace index costs a key string and a set entry per pod.
-	inf := cache.NewSharedIndexInformerWithOptions(l, obj, cache.SharedIndexInformerOptions{
+	inf = cache.NewSharedIndexInformerWithOptions(l, obj, cache.SharedIndexInformerOptions{
 		ResyncPeriod: resync,
 	})
 	// These error only once the informer has started; it has not.
 	_ = inf.SetTransform(in.transform)
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, _ := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			in.markPending(kind, obj)
 			in.notify()
@@ -189,7 +197,7 @@ func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Durati
 		},
 	})
 	_ = inf.SetWatchErrorHandlerWithContext(in.watchError)
-	return inf
+	return inf, reg.HasSynced
 }
 
 // resources are what the informers follow, in the order of Informers.infs,
@@ -230,9 +238,9 @@ func (in *Informers) Start(ctx context.Context) error {
 	for _, inf := range in.infs {
 		go inf.RunWithContext(ctx)
 	}
-	synced := make([]cache.InformerSynced, len(in.infs))
+	var synced []cache.InformerSynced
 	for i, inf := range in.infs {
-		synced[i] = inf.HasSynced
+		synced = append(synced, inf.HasSynced, in.handled[i])
 	}
 	if in.policy != nil {
 		served, err := in.waitServed(ctx)
@@ -318,7 +326,7 @@ func (in *Informers) startClusterPolicies(ctx context.Context) cache.SharedIndex
 	cnps := in.policy.PolicyV1beta1().ClusterNetworkPolicies()
 	l := &link{in: in, resource: clusterPolicyResource, list: listFunc(cnps.List), watch: cnps.Watch,
 		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(in.policy)}
-	inf := in.newInformer(l, &policyv1beta1.ClusterNetworkPolicy{}, in.resync, -1)
+	inf, _ := in.newInformer(l, &policyv1beta1.ClusterNetworkPolicy{}, in.resync, -1)
 	ctx, stop := context.WithCancel(ctx)
 	c := &cnpInformer{inf: inf, stop: stop, done: make(chan struct{})}
 	go func() {
@@ -488,29 +496,51 @@ func patchList[T metav1.Object](list []T, changed map[string]bool, store cache.S
 	if len(changed) == 0 {
 		return list
 	}
-	out := slices.Clone(list)
-	cmpKey := func(o T, k [2]string) int {
-		return cmp.Or(cmp.Compare(o.GetNamespace(), k[0]), cmp.Compare(o.GetName(), k[1]))
+	// The changed objects in the list's order, then one merge: a burst
+	// (a rollout, or the notifications of a first list) changes thousands
+	// of a list of 150k pods, and an insert or delete per change moved
+	// the whole list each time.
+	type update struct {
+		key [2]string
+		obj T
+		in  bool // the cache holds it, valid: in the list
 	}
+	updates := make([]update, 0, len(changed))
 	for key := range changed {
 		ns, name, err := cache.SplitMetaNamespaceKey(key)
 		if err != nil {
 			continue // no key we made
 		}
-		i, found := slices.BinarySearchFunc(out, [2]string{ns, name}, cmpKey)
-		if found {
-			out = slices.Delete(out, i, i+1)
-		}
+		u := update{key: [2]string{ns, name}}
 		// What the cache holds now, judged by the validity recorded for
 		// it: the same pair a full listing reads.
 		obj, exists, err := store.GetByKey(key)
-		t, ok := obj.(T)
-		if err != nil || !exists || !ok || invalid[obj] {
-			continue
+		if t, ok := obj.(T); err == nil && exists && ok && !invalid[obj] {
+			u.obj, u.in = t, true
 		}
-		out = slices.Insert(out, i, t)
+		updates = append(updates, u)
 	}
-	return out
+	slices.SortFunc(updates, func(a, b update) int {
+		return cmp.Or(cmp.Compare(a.key[0], b.key[0]), cmp.Compare(a.key[1], b.key[1]))
+	})
+	cmpKey := func(o T, k [2]string) int {
+		return cmp.Or(cmp.Compare(o.GetNamespace(), k[0]), cmp.Compare(o.GetName(), k[1]))
+	}
+	out := make([]T, 0, len(list)+len(updates))
+	i := 0
+	for _, u := range updates {
+		for i < len(list) && cmpKey(list[i], u.key) < 0 {
+			out = append(out, list[i])
+			i++
+		}
+		if i < len(list) && cmpKey(list[i], u.key) == 0 {
+			i++ // replaced, or gone
+		}
+		if u.in {
+			out = append(out, u.obj)
+		}
+	}
+	return append(out, list[i:]...)
 }
 
 // Watch sends a Snapshot now and another after changes, until ctx ends;

@@ -190,20 +190,27 @@ func internLabels(l map[string]string) map[string]string {
 
 // An internTable holds one value per key, in two generations: a lookup
 // looks in the current one, then in the previous one (moving the entry to
-// the current), and adds to the current one what neither holds. When the
-// current generation has grown to twice what it held at the last turn, it
-// becomes the previous one and the old previous one is dropped: a value
-// no object has asked for over a whole generation goes (objects holding it
-// keep their copy), and the table stays within a few times what the
-// cluster holds now, however long the daemon runs.
+// the current: it is still asked for), and adds to the current one what
+// neither holds. When the current generation is full, it becomes the
+// previous one and the old previous one is dropped: a value nobody asked
+// for over a whole generation goes (objects holding it keep their copy).
+// A generation holds twice what was asked for again in the one before
+// (at least 1024): what is asked for again is what is still in use, so the
+// table stays within a few times the values in use however many
+// short-lived ones (a Job's controller-uid, a rollout's pod-template-hash)
+// came and went.
 type internTable[T any] struct {
 	mu        sync.Mutex
 	cur, prev map[string]T
-	turnAt    int
+	turnAt    int // the size at which cur becomes prev
+	promoted  int // entries of prev asked for again in this generation
 }
 
+// minGeneration is the least number of entries a generation holds.
+const minGeneration = 1024
+
 func newInternTable[T any]() *internTable[T] {
-	return &internTable[T]{cur: map[string]T{}, turnAt: 1024}
+	return &internTable[T]{cur: map[string]T{}, turnAt: minGeneration}
 }
 
 // get returns the value held for key, making it with make when none is.
@@ -214,13 +221,15 @@ func (t *internTable[T]) get(key string, make func() T) T {
 		return v
 	}
 	v, ok := t.prev[key]
-	if !ok {
+	if ok {
+		t.promoted++
+	} else {
 		v = make()
 	}
 	t.cur[strings.Clone(key)] = v
 	if len(t.cur) >= t.turnAt {
-		t.prev, t.cur = t.cur, map[string]T{}
-		t.turnAt = max(1024, 2*len(t.prev))
+		t.turnAt = max(minGeneration, 2*t.promoted)
+		t.prev, t.cur, t.promoted = t.cur, map[string]T{}, 0
 	}
 	return v
 }
