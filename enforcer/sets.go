@@ -331,29 +331,32 @@ type portSets struct {
 }
 
 // patchSorted returns a new sorted list: elems without removed, with
-// added (all three sorted and without repeats). One pass and one
-// allocation: the previous table keeps elems, and an egress named-port set
-// is 150k elements a family at 150k pods.
+// added (all three sorted and without repeats). One allocation, and the
+// runs between edits copied whole: the previous table keeps elems, and an
+// egress named-port set is 150k elements a family at 150k pods, which an
+// element-by-element merge took ~12 ms to copy for each pod event.
 func patchSorted(elems, removed, added []nft.Element) []nft.Element {
 	out := make([]nft.Element, 0, max(0, len(elems)-len(removed))+len(added))
-	for _, el := range elems {
-		for len(added) > 0 && compareElements(added[0], el) < 0 {
-			out = append(out, added[0])
-			added = added[1:]
+	i := 0 // elems[:i] are copied or dropped
+	for len(removed) > 0 || len(added) > 0 {
+		remove := len(added) == 0 || len(removed) > 0 && compareElements(removed[0], added[0]) <= 0
+		var el nft.Element
+		if remove {
+			el, removed = removed[0], removed[1:]
+		} else {
+			el, added = added[0], added[1:]
 		}
-		if len(added) > 0 && compareElements(added[0], el) == 0 {
-			added = added[1:] // there already
+		j, found := slices.BinarySearchFunc(elems[i:], el, compareElements)
+		out = append(out, elems[i:i+j]...)
+		i += j
+		switch {
+		case remove && found:
+			i++ // dropped
+		case !remove && !found:
+			out = append(out, el)
 		}
-		for len(removed) > 0 && compareElements(removed[0], el) < 0 {
-			removed = removed[1:] // not there
-		}
-		if len(removed) > 0 && compareElements(removed[0], el) == 0 {
-			removed = removed[1:]
-			continue
-		}
-		out = append(out, el)
 	}
-	return append(out, added...)
+	return append(out, elems[i:]...)
 }
 
 // A portKey is an element of a named-port set without its protocol,
