@@ -527,6 +527,10 @@ func retryAfter(retry time.Duration, n int) time.Duration {
 // that took the table still runs.
 const netnsCheck = time.Second
 
+// noOpHold is how many times its own length a sync that wrote nothing
+// holds back the next one (see Run).
+const noOpHold = 9
+
 // Run syncs every snapshot that arrives on updates until ctx ends: one
 // after a quiet period at once, a burst merged into its last snapshot one
 // window at a time (see Timing). Run is the one place changes are
@@ -689,14 +693,19 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 					break drain
 				}
 			}
+			syncStart := time.Now()
 			res, err := s.Sync(pending)
-			// The window opens only on a write: it spares the kernel a
-			// batch per change of a burst, and a sync that wrote nothing
-			// cost none. A pod deleted at once comes as two events, the
-			// deletion timestamp (which moves nothing) and the removal:
-			// the removal is then synced at once, not a window later.
-			if err != nil || res.Batch.Messages > 0 {
-				lastSync = time.Now()
+			lastSync = time.Now()
+			if err == nil && res.Batch.Messages == 0 {
+				// A sync that wrote nothing cost the kernel nothing: the
+				// next change waits only long enough to keep such syncs
+				// to a tenth of the time (a tenant relabelling its pods
+				// in a loop costs at most that), never the whole window.
+				// A pod deleted at once comes as two events, its deletion
+				// timestamp (which moves nothing) and its removal; the
+				// removal waited a whole window behind the first.
+				hold := min(noOpHold*lastSync.Sub(syncStart), t.Debounce)
+				lastSync = lastSync.Add(hold - t.Debounce)
 			}
 			switch {
 			case errors.Is(err, ErrOwned):
