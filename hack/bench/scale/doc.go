@@ -13,7 +13,9 @@
 //   - -pods, -policies, -nodes, -namespaces: the cluster's size (below);
 //   - -events: events of each kind (100);
 //   - -bin: a prebuilt nftpolicy; -daemon-args: more flags for it;
-//     -daemon-log: keep its log in this file;
+//     -daemon-env: more environment for it (GOMEMLIMIT=410MiB plays a
+//     512Mi container limit, which the daemon turns into a Go soft limit
+//     of 80%); -daemon-log: keep its log in this file;
 //   - -heap-profile FILE: a heap profile of the daemon (below);
 //   - -parallel: clients creating the cluster (32); -gap: quiet before each
 //     event; -settle: from ready to the steady reading (10 s);
