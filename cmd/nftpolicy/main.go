@@ -155,7 +155,7 @@ func apply(cfg *config, log *zap.Logger) error {
 	// the batch), and the collector's default lets the heap reach twice
 	// that. At half (GOGC=50) a 10k-policy, 10k-pod apply peaks at 186
 	// instead of 227 MB RSS for ~5 % more time (docs/performance.md).
-	if _, set := os.LookupEnv("GOGC"); !set {
+	if os.Getenv("GOGC") == "" { // empty is unset, to Go too
 		debug.SetGCPercent(50)
 	}
 	snap, objErrs, err := load(cfg, log)
@@ -275,6 +275,9 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		go fl.run(ctx)
 	}
 
+	if cfg.profiling && cfg.metricsAddr == "" {
+		log.Warn("--profiling is served on --metrics-addr, which is empty: no profiles")
+	}
 	if cfg.metricsAddr != "" {
 		stop, err := serveMetrics(cfg.metricsAddr, cfg.metricsGiven, cfg.profiling, newMetrics(s, cfg.counters, log, flowMetrics), log)
 		if err != nil {

@@ -29,13 +29,13 @@ const memoryLimitShare = 0.8
 // Live data above the limit still grows the heap (a soft limit never fails
 // an allocation): the limit must fit the cluster (docs/performance.md).
 func limitMemory(log *zap.Logger) {
-	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+	if v := os.Getenv("GOMEMLIMIT"); v != "" { // empty is unset, to Go too
 		log.Info("memory limit from GOMEMLIMIT", zap.String("GOMEMLIMIT", v))
 		return
 	}
 	limit, where, ok := cgroupMemoryLimit("/proc/self/cgroup", "/sys/fs/cgroup")
 	if !ok {
-		log.Info("no memory limit: the cgroup sets none (GOMEMLIMIT sets one)")
+		log.Info("no memory limit: no cgroup v2 memory.max on the daemon's path sets one (GOMEMLIMIT sets one)")
 		return
 	}
 	soft := int64(float64(limit) * memoryLimitShare)
