@@ -527,8 +527,9 @@ func retryAfter(retry time.Duration, n int) time.Duration {
 // that took the table still runs.
 const netnsCheck = time.Second
 
-// noOpHold is how many times its own length a sync that wrote nothing
-// holds back the next one (see Run).
+// noOpHold is how many times its own length a sync that wrote nothing,
+// and did not come after a quiet period, holds back the next one (see
+// Run).
 const noOpHold = 9
 
 // Run syncs every snapshot that arrives on updates until ctx ends: one
@@ -568,8 +569,9 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 	// At the sync, Run drains what is waiting, so it takes the newest.
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var fireAt time.Time // when timer fires; zero while it is stopped
-	var lastSync time.Time
+	var fireAt time.Time   // when timer fires; zero while it is stopped
+	var lastSync time.Time // the window after it: see the sync below
+	var lastEnd time.Time  // when the last sync ended
 	setTimer := func(d time.Duration) {
 		fireAt = time.Now().Add(d)
 		timer.Reset(d)
@@ -694,17 +696,23 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 				}
 			}
 			syncStart := time.Now()
+			afterQuiet := syncStart.Sub(lastEnd) >= t.Debounce
 			res, err := s.Sync(pending)
 			lastSync = time.Now()
+			lastEnd = lastSync
 			if err == nil && res.Batch.Messages == 0 {
-				// A sync that wrote nothing cost the kernel nothing: the
-				// next change waits only long enough to keep such syncs
-				// to a tenth of the time (a tenant relabelling its pods
-				// in a loop costs at most that), never the whole window.
-				// A pod deleted at once comes as two events, its deletion
-				// timestamp (which moves nothing) and its removal; the
-				// removal waited a whole window behind the first.
-				hold := min(noOpHold*lastSync.Sub(syncStart), t.Debounce)
+				// A sync that wrote nothing cost the kernel nothing. After
+				// a quiet period it holds nothing back: a pod deleted at
+				// once comes as two events, its deletion timestamp (which
+				// moves nothing) and its removal, and the removal waited
+				// a whole window behind the first. Otherwise the next
+				// change waits long enough to keep such syncs to a tenth
+				// of the time (a tenant relabelling its pods in a loop
+				// costs at most that), never the whole window.
+				hold := time.Duration(0)
+				if !afterQuiet {
+					hold = min(noOpHold*lastSync.Sub(syncStart), t.Debounce)
+				}
 				lastSync = lastSync.Add(hold - t.Debounce)
 			}
 			switch {
