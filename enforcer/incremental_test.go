@@ -40,34 +40,45 @@ func TestIncrementalMatchesFull(t *testing.T) {
 				if step%50 == 49 {
 					priority-- // as when another component's chain moves in
 				}
-				got, gotProblems := inc.Compile(snap, priority)
-				want, wantProblems := NewCompiler(opts).Compile(snap, priority)
-				if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
-					t.Fatalf("step %d (%s): incremental table differs from a full compile (-full +incremental):\n%s", step, event, diff)
-				}
-				if diff := gocmp.Diff(problemStrings(wantProblems), problemStrings(gotProblems)); diff != "" {
-					t.Fatalf("step %d (%s): problems differ (-full +incremental):\n%s", step, event, diff)
-				}
-				requireUniqueElements(t, got)
-				if prev != nil {
-					delta := inc.Delta()
-					if diff := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(delta)); diff != "" {
-						t.Fatalf("step %d (%s): Delta differs from nft.Diff (-Diff +Delta):\n%s", step, event, diff)
-					}
-					for _, u := range delta.UpdateSets {
-						if !u.Exact {
-							continue
-						}
-						removed, added := elementDiff(u.Old.Elements, u.New.Elements)
-						if !sameElements(u.Removed, removed) || !sameElements(u.Added, added) {
-							t.Fatalf("step %d (%s): set %s: exact update +%v -%v, the sets differ by +%v -%v", step, event, u.New.Name, u.Added, u.Removed, added, removed)
-						}
-					}
-				}
-				prev = got
+				prev = checkIncremental(t, inc, opts, prev, snap, priority, fmt.Sprintf("step %d (%s)", step, event))
 			}
 		})
 	}
+}
+
+// checkIncremental compiles snap with inc and fails t unless the table and
+// problems equal a fresh compile's, its set elements are unique, and (after
+// prev, the table of inc's last compile) its Delta names what nft.Diff
+// does and its exact set patches are the sets' true difference. It
+// returns the table, for the next step's prev.
+func checkIncremental(t *testing.T, inc *Compiler, opts Options, prev *nft.Table, snap *k8s.Snapshot, priority int32, where string) *nft.Table {
+	t.Helper()
+	got, gotProblems := inc.Compile(snap, priority)
+	want, wantProblems := NewCompiler(opts).Compile(snap, priority)
+	if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
+		t.Fatalf("%s: incremental table differs from a full compile (-full +incremental):\n%s", where, diff)
+	}
+	if diff := gocmp.Diff(problemStrings(wantProblems), problemStrings(gotProblems)); diff != "" {
+		t.Fatalf("%s: problems differ (-full +incremental):\n%s", where, diff)
+	}
+	requireUniqueElements(t, got)
+	if prev == nil {
+		return got
+	}
+	delta := inc.Delta()
+	if diff := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(delta)); diff != "" {
+		t.Fatalf("%s: Delta differs from nft.Diff (-Diff +Delta):\n%s", where, diff)
+	}
+	for _, u := range delta.UpdateSets {
+		if !u.Exact {
+			continue
+		}
+		removed, added := elementDiff(u.Old.Elements, u.New.Elements)
+		if !sameElements(u.Removed, removed) || !sameElements(u.Added, added) {
+			t.Fatalf("%s: set %s: exact update +%v -%v, the sets differ by +%v -%v", where, u.New.Name, u.Added, u.Removed, added, removed)
+		}
+	}
+	return got
 }
 
 // TestIncrementalSharesUnchanged checks that a table from a Compiler reuses
