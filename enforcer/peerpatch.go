@@ -42,44 +42,24 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 	if e.dups == nil || len(e.parsed.nodes) > 0 {
 		return false
 	}
-	// What leaves and what comes, as the pods' changes are taken one by
-	// one: an address can leave with one pod and come back with another,
-	// which is no change. Outside the ipBlocks (never counted: edit leaves
-	// them), an address is in the set while some selected pod holds it.
-	gone, came := map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	held := func(ip netip.Addr) bool {
-		if came[ip] {
-			return true
-		}
-		return !gone[ip] && inRangeElements(e.sets[nft.FamilyOf(ip)].Elements, ip)
-	}
+	// Outside the ipBlocks (never counted: edit leaves them), an address
+	// is in the set while some selected pod holds it.
+	mp := newMemberPatch(e.dups, func(ip netip.Addr) bool {
+		return inRangeElements(e.sets[nft.FamilyOf(ip)].Elements, ip)
+	})
 	for _, changed := range ch.pods {
 		for _, pc := range changed {
 			if pc.old != nil && c.peerSelects(e, pc.old) {
 				for _, ip := range pc.old.ips {
-					switch {
-					case e.inBlocks(ip):
-					case e.dups[ip] > 0:
-						if e.dups[ip]--; e.dups[ip] == 0 {
-							delete(e.dups, ip)
-						}
-					case came[ip]:
-						delete(came, ip)
-					default:
-						gone[ip] = true
+					if !e.inBlocks(ip) {
+						mp.leave(ip)
 					}
 				}
 			}
 			if pc.new != nil && c.peerSelects(e, pc.new) {
 				for _, ip := range pc.new.ips {
-					switch {
-					case e.inBlocks(ip):
-					case held(ip):
-						e.dups[ip]++
-					case gone[ip]:
-						delete(gone, ip)
-					default:
-						came[ip] = true
+					if !e.inBlocks(ip) {
+						mp.join(ip)
 					}
 				}
 			}
@@ -97,10 +77,10 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 			elems[f] = removeAddr(elems[f], ip)
 		}
 	}
-	for _, ip := range slices.SortedFunc(maps.Keys(gone), netip.Addr.Compare) {
+	for _, ip := range slices.SortedFunc(maps.Keys(mp.gone), netip.Addr.Compare) {
 		edit(ip, false)
 	}
-	for _, ip := range slices.SortedFunc(maps.Keys(came), netip.Addr.Compare) {
+	for _, ip := range slices.SortedFunc(maps.Keys(mp.came), netip.Addr.Compare) {
 		edit(ip, true)
 	}
 	for _, f := range families {

@@ -325,7 +325,7 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 // policies matching against them.
 type portSets struct {
 	use    portUse
-	dups   map[portKey]int32 // pods giving an element beyond the first; usually empty
+	dups   map[nft.Element]int32 // pods giving an element beyond the first; usually empty (see memberPatch)
 	sets   map[nft.IPFamily]*nft.Set
 	madeIn uint64 // the Compile call (Compiler.call) that made them: made from the pods as they are now, they need no patch
 }
@@ -359,15 +359,6 @@ func patchSorted(elems, removed, added []nft.Element) []nft.Element {
 	return append(out, elems[i:]...)
 }
 
-// A portKey is an element of a named-port set without its protocol,
-// which is the set's.
-type portKey struct {
-	addr netip.Addr
-	port uint16
-}
-
-func keyOf(el nft.Element) portKey { return portKey{el.Addr, el.Port} }
-
 // namedPortSetName is `ingress-port-<name>-<proto>-v4` (this node's pods)
 // or `egress-port-…` (every pod): port names are IANA service names
 // (lowercase letters, digits and dashes, at most 15), so the set name can
@@ -394,7 +385,7 @@ func (c *Compiler) candidates(u portUse) []*pod {
 
 func (c *Compiler) acquirePortSets(u portUse) {
 	c.portSets.acquire(u, func() *portSets {
-		e := &portSets{use: u, dups: map[portKey]int32{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
+		e := &portSets{use: u, dups: map[nft.Element]int32{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
 		// One list of every element, sized first: at 150k pods it is
 		// 300k elements, and growing it by appends allocated it several
 		// times over at the first sync's peak.
@@ -423,7 +414,7 @@ func (c *Compiler) acquirePortSets(u portUse) {
 			kept := 0
 			for _, el := range part {
 				if kept > 0 && compareElements(part[kept-1], el) == 0 {
-					e.dups[keyOf(el)]++
+					e.dups[el]++
 					continue
 				}
 				part[kept] = el
@@ -469,17 +460,10 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 		if e.madeIn == c.call {
 			continue
 		}
-		// What leaves and what comes, as the pods' changes are taken one
-		// by one: an element can leave with one pod and come back with
-		// another, which is no change.
-		gone, came := map[nft.Element]bool{}, map[nft.Element]bool{}
-		present := func(el nft.Element) bool {
-			if came[el] {
-				return true
-			}
+		mp := newMemberPatch(e.dups, func(el nft.Element) bool {
 			_, in := slices.BinarySearchFunc(e.sets[nft.FamilyOf(el.Addr)].Elements, el, compareElements)
-			return in && !gone[el]
-		}
+			return in
+		})
 		for _, changed := range ch.pods {
 			for _, pc := range changed {
 				if pc.old != nil && pc.new != nil && pc.old.local == pc.new.local &&
@@ -487,37 +471,21 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 					continue // labels: nothing this set holds
 				}
 				for _, el := range pc.old.portElements(e.use) {
-					switch k := keyOf(el); {
-					case e.dups[k] > 0:
-						if e.dups[k]--; e.dups[k] == 0 {
-							delete(e.dups, k)
-						}
-					case came[el]:
-						delete(came, el)
-					default:
-						gone[el] = true
-					}
+					mp.leave(el)
 				}
 				for _, el := range pc.new.portElements(e.use) {
-					switch {
-					case present(el):
-						e.dups[keyOf(el)]++
-					case gone[el]:
-						delete(gone, el)
-					default:
-						came[el] = true
-					}
+					mp.join(el)
 				}
 			}
 		}
 		for _, f := range families {
 			var removed, added []nft.Element
-			for el := range gone {
+			for el := range mp.gone {
 				if nft.FamilyOf(el.Addr) == f {
 					removed = append(removed, el)
 				}
 			}
-			for el := range came {
+			for el := range mp.came {
 				if nft.FamilyOf(el.Addr) == f {
 					added = append(added, el)
 				}
