@@ -112,6 +112,17 @@ func ipBlockSet(b *networkingv1.IPBlock) (*netipx.IPSet, error) {
 	return s.IPSet()
 }
 
+// PeerSetComment is the comment of the peer sets of a NetworkPolicy rule
+// whose peers are peers, in a policy of namespace policyNS, as `nft list`
+// shows it: how a tool outside the compiler (hack/bench/scale) finds the
+// set that holds a rule's peers.
+func PeerSetComment(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
+	return peersComment(peerKey(policyNS, peers))
+}
+
+// peersComment is the comment of the peer sets of key.
+func peersComment(key string) string { return truncateComment("peers " + key) }
+
 // peerKey identifies what a list of peers selects. A pod selector without a
 // namespace selector means the policy's own namespace, so that namespace is
 // part of the key; otherwise peers read the same anywhere.
@@ -218,7 +229,7 @@ func (c *Compiler) computePeers(e *peerSets) {
 		}
 		s := &nft.Set{
 			Name:     c.peersSetName(e.key, f),
-			Comment:  truncateComment("peers " + e.key),
+			Comment:  peersComment(e.key),
 			Key:      addrKey(f),
 			Interval: true,
 			Elements: elems,

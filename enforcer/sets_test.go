@@ -41,3 +41,21 @@ func TestPatchSorted(t *testing.T) {
 		})
 	}
 }
+
+// PeerSetComment names the comment the compiler gives a rule's peer sets:
+// tools outside the compiler find the set by it.
+func TestPeerSetCommentNamesTheSet(t *testing.T) {
+	from := peers(nsPeer("y"))
+	snap := cluster(policy("x", "allow-y", ingressRule(from, port(tcp, 80))))
+	table := mustCompile(t, snap)
+	want := PeerSetComment("x", from)
+	found := 0
+	for _, s := range table.Sets {
+		if s.Comment == want {
+			found++
+		}
+	}
+	if found != 2 { // one set per family
+		t.Errorf("%d sets have the comment %q, want 2", found, want)
+	}
+}

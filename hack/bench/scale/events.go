@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 )
 
@@ -52,7 +53,7 @@ const noneValue = "bench-none"
 // when it selects a pod of the node under test, so its rules are in the
 // table; a peer of one of its ingress rules on another node is in the
 // rule's peer set, whose comment is "peers " and the key the enforcer
-// gives the rule's peer list (peerKey below).
+// gives the rule's peer list (enforcer.PeerSetComment).
 func planEvents(snap *scale.APICluster, n int) (*plan, error) {
 	nsLabels := map[string]labels.Set{}
 	for _, ns := range snap.Namespaces {
@@ -82,7 +83,7 @@ func planEvents(snap *scale.APICluster, n int) (*plan, error) {
 			if len(rule.From) == 0 {
 				continue
 			}
-			comment := truncateComment("peers " + peerKey(np.Namespace, rule.From))
+			comment := enforcer.PeerSetComment(np.Namespace, rule.From)
 			if _, done := peers[comment]; done {
 				continue
 			}
@@ -252,42 +253,6 @@ func withLabel(m map[string]string, key, value string) map[string]string {
 	out := maps.Clone(m)
 	out[key] = value
 	return out
-}
-
-// peerKey is enforcer's key of a peer list (enforcer/sets.go peerKey),
-// which the comment of its peer sets spells out.
-func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
-	var b strings.Builder
-	for _, p := range peers {
-		switch {
-		case p.IPBlock != nil:
-			fmt.Fprintf(&b, "ip:%s", p.IPBlock.CIDR)
-			if len(p.IPBlock.Except) > 0 {
-				fmt.Fprintf(&b, " except %s", strings.Join(p.IPBlock.Except, ","))
-			}
-			b.WriteString(";")
-		default:
-			ns := "own:" + policyNS
-			if p.NamespaceSelector != nil {
-				ns = "ns:" + metav1.FormatLabelSelector(p.NamespaceSelector)
-			}
-			pods := "all"
-			if p.PodSelector != nil {
-				pods = metav1.FormatLabelSelector(p.PodSelector)
-			}
-			fmt.Fprintf(&b, "%s|pod:%s;", ns, pods)
-		}
-	}
-	return b.String()
-}
-
-// truncateComment cuts a comment as the enforcer does: nft keeps 128
-// bytes.
-func truncateComment(s string) string {
-	if len(s) > 128 {
-		return s[:128]
-	}
-	return s
 }
 
 // firstPort returns the port of the first ingress rule's first port if
