@@ -1,9 +1,7 @@
 package k8se2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -15,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +20,7 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/apiserver"
+	"github.com/nftpolicy/nftpolicy/internal/ruleprobe"
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/k8s"
@@ -198,67 +194,15 @@ func scaleDaemon(t *testing.T, snap *k8s.Snapshot, args ...string) (kubernetes.I
 	return client, d, ns, c
 }
 
-// ruleReader reads the rules of one chain of our table over netlink: a
-// dump the kernel filters by chain, so its cost does not grow with the
-// table (`nft list` reads every set and chain first).
-type ruleReader struct {
-	fd    int
-	conn  *nftables.Conn
-	table *nftables.Table
-}
-
-func newRuleReader(t *testing.T, ns string) *ruleReader {
+// ruleReader opens a ruleprobe.Reader in ns for the test.
+func ruleReader(t *testing.T, ns string) *ruleprobe.Reader {
 	t.Helper()
-	fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	r, err := ruleprobe.Open(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := nftables.New(nftables.WithNetNSFd(fd))
-	if err != nil {
-		unix.Close(fd)
-		t.Fatal(err)
-	}
-	r := &ruleReader{fd: fd, conn: conn, table: &nftables.Table{Name: enforcer.DefaultTable, Family: nftables.TableFamilyINet}}
-	t.Cleanup(func() {
-		conn.CloseLasting()
-		unix.Close(fd)
-	})
+	t.Cleanup(r.Close)
 	return r
-}
-
-// chain returns the name of the chain of our table that has prefix and
-// suffix.
-func (r *ruleReader) chain(t *testing.T, prefix, suffix string) string {
-	t.Helper()
-	chains, err := r.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range chains {
-		if c.Table.Name == enforcer.DefaultTable && strings.HasPrefix(c.Name, prefix) && strings.HasSuffix(c.Name, suffix) {
-			return c.Name
-		}
-	}
-	t.Fatalf("no chain %s…%s in table inet %s", prefix, suffix, enforcer.DefaultTable)
-	return ""
-}
-
-// comparesPort reports whether a rule of chain compares a field with the
-// 16-bit port (`th dport PORT`).
-func (r *ruleReader) comparesPort(chain string, port uint16) (bool, error) {
-	rules, err := r.conn.GetRules(r.table, &nftables.Chain{Name: chain, Table: r.table})
-	if err != nil {
-		return false, err
-	}
-	want := binary.BigEndian.AppendUint16(nil, port)
-	for _, rule := range rules {
-		for _, e := range rule.Exprs {
-			if c, ok := e.(*expr.Cmp); ok && c.Op == expr.CmpOpEq && bytes.Equal(c.Data, want) {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
 }
 
 // pollInterval is the pause between two reads of the ruleset generation
@@ -339,8 +283,11 @@ func TestIntegrationAPIWriteToKernel(t *testing.T) {
 	}
 	snap := scaleCluster(t, "2x5x2")
 	client, _, ns, c := scaleDaemon(t, snap, strings.Fields(os.Getenv(envArgs))...)
-	rules := newRuleReader(t, ns)
-	chain := rules.chain(t, "ingress-", "-ns-0/policy-0")
+	rules := ruleReader(t, ns)
+	chain, err := rules.Chain("ingress-", "-ns-0/policy-0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	np, err := client.NetworkingV1().NetworkPolicies("ns-0").Get(ctx, "policy-0", metav1.GetOptions{})
 	if err != nil {
@@ -365,7 +312,7 @@ func TestIntegrationAPIWriteToKernel(t *testing.T) {
 			t.Fatalf("change %d: %v", i, err)
 		}
 		var at time.Time
-		at, gen = untilInKernel(t, c, gen, start, func() (bool, error) { return rules.comparesPort(chain, port) })
+		at, gen = untilInKernel(t, c, gen, start, func() (bool, error) { return rules.ComparesPort(chain, port) })
 		lat = append(lat, at.Sub(start))
 	}
 	slices.Sort(lat)

@@ -429,7 +429,7 @@ func (r *eventRunner) run(pl *plan) ([]kindResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	chain, err := r.k.chain("ingress-", "-"+np.Namespace+"/"+np.Name)
+	chain, err := r.k.Chain("ingress-", "-"+np.Namespace+"/"+np.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +442,7 @@ func (r *eventRunner) run(pl *plan) ([]kindResult, error) {
 			var err error
 			np, err = policies.Update(ctx, next, metav1.UpdateOptions{})
 			return err
-		}, func() (bool, error) { return r.k.comparesPort(chain, port) })
+		}, func() (bool, error) { return r.k.ComparesPort(chain, port) })
 		if err != nil {
 			return nil, err
 		}

@@ -3,139 +3,78 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
+	"github.com/nftpolicy/nftpolicy/internal/ruleprobe"
+	"github.com/nftpolicy/nftpolicy/nft"
 )
 
 // tableName is the daemon's table, in family inet.
 const tableName = enforcer.DefaultTable
 
 // A kernel reads the daemon's namespace over netlink: the ruleset
-// generation on a socket kept open (a read every 0.2 ms must not cost a
-// socket and a setns each), the table's content through google/nftables.
+// generation (nft.Conn), the table's chains and a chain's rules
+// (ruleprobe.Reader), and the headers of the table's sets on a socket kept
+// open (ipv4Sets).
 type kernel struct {
-	fd    int
-	gen   *netlink.Conn
-	conn  *nftables.Conn
-	table *nftables.Table
+	*ruleprobe.Reader
+	nft *nft.Conn
+	fd  int
+	nl  *netlink.Conn // set dumps
 }
 
 func openKernel(netns string) (*kernel, error) {
-	fd, err := unix.Open("/run/netns/"+netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	r, err := ruleprobe.Open(netns)
 	if err != nil {
 		return nil, err
 	}
-	k := &kernel{fd: fd, table: &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}}
-	if k.gen, err = netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: fd}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("netlink in %s: %w", netns, err)
+	k := &kernel{Reader: r, fd: -1}
+	fail := func(err error) (*kernel, error) {
+		k.Close()
+		return nil, err
 	}
-	if k.conn, err = nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(fd)); err != nil {
-		k.gen.Close()
-		unix.Close(fd)
-		return nil, fmt.Errorf("nftables in %s: %w", netns, err)
+	if k.nft, err = nft.Open(netns); err != nil {
+		return fail(err)
+	}
+	if k.fd, err = unix.Open("/run/netns/"+netns, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return fail(err)
+	}
+	if k.nl, err = netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: k.fd}); err != nil {
+		return fail(fmt.Errorf("netlink in %s: %w", netns, err))
 	}
 	return k, nil
 }
 
 func (k *kernel) Close() {
-	k.conn.CloseLasting()
-	k.gen.Close()
-	unix.Close(k.fd)
+	if k.nl != nil {
+		k.nl.Close()
+	}
+	if k.fd >= 0 {
+		unix.Close(k.fd)
+	}
+	if k.nft != nil {
+		k.nft.Close()
+	}
+	k.Reader.Close()
 }
 
-// generation reads the ruleset generation (NFT_MSG_GETGEN), which every
-// commit in the namespace changes.
-func (k *kernel) generation() (uint32, error) {
-	msgs, err := k.gen.Execute(netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
-		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("read the ruleset generation: %w", err)
-	}
-	for _, m := range msgs {
-		if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN) || len(m.Data) < 4 {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-		if err != nil {
-			return 0, err
-		}
-		ad.ByteOrder = binary.BigEndian
-		for ad.Next() {
-			if ad.Type() == unix.NFTA_GEN_ID {
-				return ad.Uint32(), nil
-			}
-		}
-	}
-	return 0, errors.New("read the ruleset generation: the kernel sent none")
-}
-
-// chains lists the names of the chains of our table.
-func (k *kernel) chains() ([]string, error) {
-	all, err := k.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, c := range all {
-		if c.Table.Name == tableName {
-			out = append(out, c.Name)
-		}
-	}
-	return out, nil
-}
+// generation reads the ruleset generation, which every commit in the
+// namespace changes.
+func (k *kernel) generation() (uint32, error) { return k.nft.Generation() }
 
 // hasTable reports whether our table exists and holds chains: the first
 // sync writes it whole, in one batch.
 func (k *kernel) hasTable() (bool, error) {
-	chains, err := k.chains()
+	chains, err := k.Chains()
 	return len(chains) > 0, err
-}
-
-// chain returns the name of the chain of our table that has prefix and
-// suffix.
-func (k *kernel) chain(prefix, suffix string) (string, error) {
-	chains, err := k.chains()
-	if err != nil {
-		return "", err
-	}
-	for _, c := range chains {
-		if strings.HasPrefix(c, prefix) && strings.HasSuffix(c, suffix) {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("no chain %s…%s in table inet %s", prefix, suffix, tableName)
-}
-
-// comparesPort reports whether a rule of chain compares a field with the
-// 16-bit port (`th dport PORT`).
-func (k *kernel) comparesPort(chain string, port uint16) (bool, error) {
-	rules, err := k.conn.GetRules(k.table, &nftables.Chain{Name: chain, Table: k.table})
-	if err != nil {
-		return false, err
-	}
-	want := binary.BigEndian.AppendUint16(nil, port)
-	for _, rule := range rules {
-		for _, e := range rule.Exprs {
-			if c, ok := e.(*expr.Cmp); ok && c.Op == expr.CmpOpEq && bytes.Equal(c.Data, want) {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
 }
 
 // ipv4Sets returns the IPv4 address sets of our table by comment (the
@@ -148,7 +87,7 @@ func (k *kernel) ipv4Sets() (map[string]*nftables.Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := k.gen.Execute(netlink.Message{
+	msgs, err := k.nl.Execute(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETSET), Flags: netlink.Request | netlink.Dump},
 		Data:   append([]byte{unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0}, attrs...),
 	})
@@ -183,7 +122,7 @@ func (k *kernel) ipv4Sets() (map[string]*nftables.Set, error) {
 			return nil, err
 		}
 		if keyType == nftables.TypeIPAddr.GetNFTMagic() && flags&unix.NFT_SET_MAP == 0 {
-			out[comment] = &nftables.Set{Table: k.table, Name: name, KeyType: nftables.TypeIPAddr,
+			out[comment] = &nftables.Set{Table: k.Table, Name: name, KeyType: nftables.TypeIPAddr,
 				Interval: flags&unix.NFT_SET_INTERVAL != 0, Comment: comment}
 		}
 	}
@@ -196,7 +135,7 @@ func (k *kernel) ipv4Sets() (map[string]*nftables.Set, error) {
 // as an interval end. A set keyed by ranges (pipapo) gives KeyEnd, the
 // last address, instead.
 func (k *kernel) setHas(s *nftables.Set, addr netip.Addr) (bool, error) {
-	elems, err := k.conn.GetSetElements(s)
+	elems, err := k.Conn.GetSetElements(s)
 	if err != nil {
 		return false, fmt.Errorf("elements of set %s: %w", s.Name, err)
 	}
