@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -339,9 +338,7 @@ func (s *Server) startProc(name, bin string, args ...string) (*testbin.Proc, err
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group, and killed if the test binary dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	started := make(chan error)
-	starter <- func() { started <- cmd.Start() }
-	if err := <-started; err != nil {
+	if err := testbin.StartLocked(cmd); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -356,22 +353,6 @@ func (s *Server) startProc(name, bin string, args ...string) (*testbin.Proc, err
 // stopGrace is how long etcd and kube-apiserver get to exit after SIGTERM
 // before they are killed.
 const stopGrace = 10 * time.Second
-
-// starter runs cmd.Start on one OS thread that never exits. Pdeathsig is
-// sent when the thread that started the child exits, not the process, and
-// Go ends threads (the netns harness throws away threads it switched into
-// other namespaces), so starting from an arbitrary goroutine could kill the
-// API server in the middle of a test.
-var starter = func() chan func() {
-	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread()
-		for f := range ch {
-			f()
-		}
-	}()
-	return ch
-}()
 
 func (s *Server) waitReady(timeout time.Duration) error {
 	pool := x509.NewCertPool()

@@ -2,6 +2,7 @@ package testbin
 
 import (
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -12,6 +13,29 @@ type Proc struct {
 	done chan struct{}
 	err  error
 }
+
+// StartLocked runs cmd.Start on one OS thread that never exits, for a cmd
+// with Pdeathsig. Pdeathsig is sent when the thread that started the
+// child exits, not the process, and Go ends threads (nft, netlink and the
+// netns harness throw away threads they switched into another namespace),
+// so a child started from an arbitrary goroutine could be killed in the
+// middle of a run.
+func StartLocked(cmd *exec.Cmd) error {
+	errc := make(chan error)
+	starter <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+var starter = func() chan func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread()
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+}()
 
 // Start starts cmd and returns it as a Proc.
 func Start(cmd *exec.Cmd) (*Proc, error) {

@@ -10,13 +10,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/nftpolicy/nftpolicy/internal/testbin"
 )
 
 // A daemon is a running `nftpolicy run`.
@@ -63,12 +64,8 @@ func startDaemon(ctx context.Context, bin, logPath, kubeconfig, netns string, ex
 	// Its own process group, and killed should this process die without
 	// stopping it.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	started := make(chan error)
-	starter <- func() {
-		d.start = time.Now()
-		started <- d.cmd.Start()
-	}
-	if err := <-started; err != nil {
+	d.start = time.Now()
+	if err := testbin.StartLocked(d.cmd); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -80,22 +77,6 @@ func startDaemon(ctx context.Context, bin, logPath, kubeconfig, netns string, ex
 	go d.sample()
 	return d, nil
 }
-
-// starter runs cmd.Start on one OS thread that never exits. Pdeathsig is
-// sent when the thread that started the child exits, not the process, and
-// Go ends threads (nft and netlink throw away threads they switched into
-// another namespace), so starting from an arbitrary goroutine could kill
-// the daemon in the middle of a run.
-var starter = func() chan func() {
-	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread()
-		for f := range ch {
-			f()
-		}
-	}()
-	return ch
-}()
 
 // sample keeps the largest VmRSS, read every 100 ms, until the process
 // exits.
