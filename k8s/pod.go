@@ -101,16 +101,11 @@ func podPorts(p *corev1.Pod) []corev1.ContainerPort {
 	}
 	var key strings.Builder
 	for _, cp := range ports {
-		key.WriteString(cp.Name)
-		key.WriteByte(0)
-		key.WriteString(string(cp.Protocol))
-		key.WriteByte(0)
-		key.WriteString(strconv.Itoa(int(cp.ContainerPort)))
-		key.WriteByte(0)
-		key.WriteString(strconv.Itoa(int(cp.HostPort)))
-		key.WriteByte(0)
-		key.WriteString(cp.HostIP)
-		key.WriteByte(0)
+		keyPart(&key, cp.Name)
+		keyPart(&key, string(cp.Protocol))
+		keyPart(&key, strconv.Itoa(int(cp.ContainerPort)))
+		keyPart(&key, strconv.Itoa(int(cp.HostPort)))
+		keyPart(&key, cp.HostIP)
 	}
 	return portLists.get(key.String(), func() []corev1.ContainerPort {
 		for i := range ports {
@@ -139,6 +134,16 @@ func podIPs(p *corev1.Pod) []corev1.PodIP {
 		return nil
 	}
 	return slices.Clone(ips)
+}
+
+// keyPart appends s to an interning key, its length first: a key is
+// unique by construction, whatever bytes the strings hold (an object
+// that failed validation is recorded too, and a separator byte in one of
+// its labels could have spelled another pod's labels).
+func keyPart(b *strings.Builder, s string) {
+	b.WriteString(strconv.Itoa(len(s)))
+	b.WriteByte(':')
+	b.WriteString(s)
 }
 
 // The process's interning tables. Two generations each (see internTable),
@@ -174,10 +179,8 @@ func internLabels(l map[string]string) map[string]string {
 	slices.Sort(keys)
 	var key strings.Builder
 	for _, k := range keys {
-		key.WriteString(k)
-		key.WriteByte(0)
-		key.WriteString(l[k])
-		key.WriteByte(0)
+		keyPart(&key, k)
+		keyPart(&key, l[k])
 	}
 	return labelMaps.get(key.String(), func() map[string]string {
 		out := make(map[string]string, len(l))

@@ -173,3 +173,24 @@ func TestInternConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// Interning keys are unique by construction: label maps or port lists
+// that differ never share a record's value, whatever bytes an object
+// that failed validation (still recorded, marked invalid) carries. With
+// NUL-separated keys, {x-forged: "b\x00y\x00d"} was {x-forged: b, y: d}.
+func TestInternKeysAreUnambiguous(t *testing.T) {
+	forged := internLabels(map[string]string{"x-forged": "b\x00y\x00d"})
+	honest := internLabels(map[string]string{"x-forged": "b", "y": "d"})
+	if len(honest) != 2 || honest["y"] != "d" || len(forged) != 1 {
+		t.Errorf("label maps mixed up: forged %q, honest %q", forged, honest)
+	}
+	pod := func(ports ...corev1.ContainerPort) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Ports: ports}}}}
+	}
+	a := podPorts(pod(corev1.ContainerPort{Name: "web\x00TCP\x0080\x000\x00\x00", Protocol: "TCP", ContainerPort: 80}))
+	b := podPorts(pod(corev1.ContainerPort{Name: "web", Protocol: "TCP", ContainerPort: 80},
+		corev1.ContainerPort{Name: "", Protocol: "TCP", ContainerPort: 80}))
+	if len(a) != 1 || len(b) != 2 {
+		t.Errorf("port lists mixed up: %v and %v", a, b)
+	}
+}
