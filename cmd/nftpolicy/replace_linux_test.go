@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
+	"github.com/nftpolicy/nftpolicy/internal/ruleprobe"
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -42,13 +43,7 @@ func TestIntegrationRunFileReplaceToKernel(t *testing.T) {
 	for _, f := range []string{"namespaces.yaml", "pods.yaml", "policies.yaml"} {
 		copyFile(t, filepath.Join(clusterDir, f), filepath.Join(dir, f))
 	}
-	d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", ns)
-	d.waitGeneration(t, 0)
-	c, err := nft.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startManifestsDaemon(t, dir, ns)
 
 	var lat []time.Duration
 	for i := range changes {
@@ -115,21 +110,15 @@ func replaceAtScale(t *testing.T, size, ns, dir string, changes int) {
 	for namespace := range byNS {
 		write("policies-"+namespace+".yaml", policiesOf(namespace))
 	}
-	d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", ns)
-	d.waitGeneration(t, 0)
-	c, err := nft.Open(ns)
+	c := startManifestsDaemon(t, dir, ns)
+	rules, err := ruleprobe.Open(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	chain := ""
-	for _, line := range strings.Split(testns.ListTable(t, ns, "nftpolicy"), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "chain" && strings.HasPrefix(f[1], "ingress-") && strings.HasSuffix(f[1], "-ns-0/policy-0") {
-			chain = f[1]
-		}
-	}
-	if chain == "" {
-		t.Fatal("no chain of ns-0/policy-0")
+	defer rules.Close()
+	chain, err := rules.Chain("ingress-", "-ns-0/policy-0")
+	if err != nil {
+		t.Fatal(err)
 	}
 	target := byNS["ns-0"][0]
 	var lat []time.Duration
@@ -140,10 +129,28 @@ func replaceAtScale(t *testing.T, size, ns, dir string, changes int) {
 		tmp := filepath.Join(dir, ".policies-ns-0.yaml.tmp")
 		write(filepath.Base(tmp), policiesOf("ns-0"))
 		lat = append(lat, renameToKernel(t, c, tmp, filepath.Join(dir, "policies-ns-0.yaml"), func() bool {
-			return strings.Contains(testns.Nft(t, ns, "", "list", "chain", "inet", "nftpolicy", chain), fmt.Sprintf("dport %d", port))
+			ok, err := rules.ComparesPort(chain, uint16(port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
 		}))
 	}
 	logLatency(t, "file->kernel at "+size, lat)
+}
+
+// startManifestsDaemon runs `nftpolicy run --manifests dir` for node-1 in
+// ns until its first sync, and returns a connection to ns.
+func startManifestsDaemon(t *testing.T, dir, ns string) *nft.Conn {
+	t.Helper()
+	d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", ns)
+	d.waitGeneration(t, 0)
+	c, err := nft.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // renameToKernel renames tmp over dst and returns how long until a commit
