@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -150,10 +149,11 @@ func Start(opts Options) (_ *Server, err error) {
 	if err := s.writeCredentials(); err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
-	etcdPort, peerPort, apiPort, err := freePorts()
+	ports, err := testbin.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
+	etcdPort, peerPort, apiPort := ports[0], ports[1], ports[2]
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	s.etcd, err = s.startProc("etcd", filepath.Join(opts.Bin, "etcd"),
@@ -318,15 +318,7 @@ func (s *Server) ServiceAccountToken(ctx context.Context, namespace, name string
 
 // LogTail returns the last lines of one of the logs in Dir.
 func (s *Server) LogTail(name string, lines int) string {
-	b, err := os.ReadFile(filepath.Join(s.Dir, name))
-	if err != nil {
-		return err.Error()
-	}
-	parts := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return string(bytes.Join(parts, []byte("\n")))
+	return testbin.Tail(filepath.Join(s.Dir, name), lines)
 }
 
 func (s *Server) startProc(name, bin string, args ...string) (*testbin.Proc, error) {
@@ -467,24 +459,4 @@ func (s *Server) writeCredentials() error {
 
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-// freePorts returns three distinct free TCP ports on 127.0.0.1.
-func freePorts() (a, b, c int, err error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports[0], ports[1], ports[2], nil
 }

@@ -40,7 +40,7 @@ type daemon struct {
 // startDaemon starts bin run against kubeconfig in netns, its log to
 // logPath, and samples its VmRSS every 100 ms until it exits.
 func startDaemon(ctx context.Context, bin, logPath, kubeconfig, netns string, extra, env []string) (*daemon, error) {
-	ports, err := freePorts(2)
+	ports, err := testbin.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func (d *daemon) heapProfile(path string) error {
 func (d *daemon) Exited() error {
 	select {
 	case <-d.done:
-		return fmt.Errorf("%w: %v; log tail:\n%s", errExited, d.waitErr, tail(d.logPath, 20))
+		return fmt.Errorf("%w: %v; log tail:\n%s", errExited, d.waitErr, testbin.Tail(d.logPath, 20))
 	default:
 		return nil
 	}
@@ -270,7 +270,7 @@ func waitStarted(ctx context.Context, d *daemon, k *kernel, p *proxy, timeout ti
 		}
 		now := time.Now()
 		if now.After(deadline) {
-			return fmt.Errorf("the daemon is not ready %v after start (programmed: %v); log tail:\n%s", timeout, programmed, tail(d.logPath, 20))
+			return fmt.Errorf("the daemon is not ready %v after start (programmed: %v); log tail:\n%s", timeout, programmed, testbin.Tail(d.logPath, 20))
 		}
 		if now.After(nextNote) {
 			rss, _, _ := d.memory()
@@ -307,33 +307,6 @@ func printDaemonProblems(out io.Writer, logPath string) {
 		}
 		fmt.Fprintf(out, "  %s\n", line)
 	}
-}
-
-// tail returns the last lines of a file.
-func tail(path string, lines int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	parts := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return string(bytes.Join(parts, []byte("\n")))
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // writeKubeconfig writes a kubeconfig for server, trusting the CA in
