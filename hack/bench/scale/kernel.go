@@ -20,15 +20,14 @@ import (
 // tableName is the daemon's table, in family inet.
 const tableName = enforcer.DefaultTable
 
-// A kernel reads the daemon's namespace over netlink: the ruleset
-// generation (nft.Conn), the table's chains and a chain's rules
-// (ruleprobe.Reader), and the headers of the table's sets on a socket kept
-// open (ipv4Sets).
+// A kernel reads the daemon's namespace over netlink: the table's chains
+// and a chain's rules (ruleprobe.Reader), and on a socket kept open (a
+// read every 0.2 ms must not cost a socket and a setns each) the ruleset
+// generation and the headers of the table's sets (ipv4Sets).
 type kernel struct {
 	*ruleprobe.Reader
-	nft *nft.Conn
-	fd  int
-	nl  *netlink.Conn // set dumps
+	fd int
+	nl *netlink.Conn
 }
 
 func openKernel(netns string) (*kernel, error) {
@@ -40,9 +39,6 @@ func openKernel(netns string) (*kernel, error) {
 	fail := func(err error) (*kernel, error) {
 		k.Close()
 		return nil, err
-	}
-	if k.nft, err = nft.Open(netns); err != nil {
-		return fail(err)
 	}
 	if k.fd, err = unix.Open("/run/netns/"+netns, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		return fail(err)
@@ -60,15 +56,12 @@ func (k *kernel) Close() {
 	if k.fd >= 0 {
 		unix.Close(k.fd)
 	}
-	if k.nft != nil {
-		k.nft.Close()
-	}
 	k.Reader.Close()
 }
 
 // generation reads the ruleset generation, which every commit in the
 // namespace changes.
-func (k *kernel) generation() (uint32, error) { return k.nft.Generation() }
+func (k *kernel) generation() (uint32, error) { return nft.ReadGeneration(k.nl) }
 
 // hasTable reports whether our table exists and holds chains: the first
 // sync writes it whole, in one batch.
@@ -78,7 +71,7 @@ func (k *kernel) hasTable() (bool, error) {
 }
 
 // ipv4Sets returns the IPv4 address sets of our table by comment (the
-// peer sets' comments spell their key). google/nftables does not decode
+// peer sets' comments spell their key); nil for a comment two sets share. google/nftables does not decode
 // a set's comment, so the sets are dumped here (NFT_MSG_GETSET).
 func (k *kernel) ipv4Sets() (map[string]*nftables.Set, error) {
 	ae := netlink.NewAttributeEncoder()
@@ -122,6 +115,12 @@ func (k *kernel) ipv4Sets() (map[string]*nftables.Set, error) {
 			return nil, err
 		}
 		if keyType == nftables.TypeIPAddr.GetNFTMagic() && flags&unix.NFT_SET_MAP == 0 {
+			if _, twice := out[comment]; twice {
+				// Comments are cut at 128 bytes (enforcer.PeerSetComment):
+				// two peer lists may share one. Such a set is no one's.
+				out[comment] = nil
+				continue
+			}
 			out[comment] = &nftables.Set{Table: k.Table, Name: name, KeyType: nftables.TypeIPAddr,
 				Interval: flags&unix.NFT_SET_INTERVAL != 0, Comment: comment}
 		}
