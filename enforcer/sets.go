@@ -115,7 +115,9 @@ func ipBlockSet(b *networkingv1.IPBlock) (*netipx.IPSet, error) {
 // PeerSetComment is the comment of the peer sets of a NetworkPolicy rule
 // whose peers are peers, in a policy of namespace policyNS, as `nft list`
 // shows it: how a tool outside the compiler (hack/bench/scale) finds the
-// set that holds a rule's peers.
+// set that holds a rule's peers. The comment is cut at 128 bytes, so two
+// peer lists whose keys agree on their first 122 bytes share it: a tool
+// must take a comment two sets carry for neither's.
 func PeerSetComment(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 	return peersComment(peerKey(policyNS, peers))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -70,6 +71,8 @@ func planEvents(snap *scale.APICluster, n int) (*plan, error) {
 	// The remote peers of each active rule's peer set, by its comment.
 	peers := map[string][]*corev1.Pod{}
 	selectors := map[string][]selectorPeer{}
+	fromOf := map[string][]networkingv1.NetworkPolicyPeer{} // the peer list each comment was planned for
+	ambiguous := map[string]bool{}                          // comments two peer lists share
 	pl := &plan{}
 	for _, np := range snap.Policies {
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
@@ -84,9 +87,13 @@ func planEvents(snap *scale.APICluster, n int) (*plan, error) {
 				continue
 			}
 			comment := enforcer.PeerSetComment(np.Namespace, rule.From)
-			if _, done := peers[comment]; done {
+			if from, done := fromOf[comment]; done {
+				if !equality.Semantic.DeepEqual(from, rule.From) {
+					ambiguous[comment] = true // a long key cut short: see ipv4Sets
+				}
 				continue
 			}
+			fromOf[comment] = rule.From
 			peers[comment] = nil
 			sps, err := parseSelectorPeers(np.Namespace, rule.From)
 			if err != nil {
@@ -107,7 +114,7 @@ func planEvents(snap *scale.APICluster, n int) (*plan, error) {
 	}
 	var sets []string
 	for comment, ps := range peers {
-		if len(ps) > 0 {
+		if len(ps) > 0 && !ambiguous[comment] {
 			sets = append(sets, comment)
 		}
 	}
