@@ -64,6 +64,21 @@ func changedSample() *Table {
 		{Addr: a("10.2.0.0"), Last: a("10.2.0.255"), Proto: ProtoTCP, ProtoLast: ProtoUDP, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Drop}},
 	}
 	setNamed(t, "ports-v6").Elements[2].Verdict = Verdict{Kind: Goto, Chain: "np-y/new"}
+	// An exact map: a verdict changes, a port changes (one key out,
+	// another in), one goes, one comes, and those to leaf turn elsewhere.
+	setNamed(t, "svc-v4").Elements = []Element{
+		{Addr: a("10.0.0.1"), Proto: ProtoTCP, Port: 80, Verdict: Verdict{Kind: Drop}},
+		{Addr: a("10.0.0.1"), Proto: ProtoTCP, Port: 8081, Verdict: Verdict{Kind: Drop}},
+		{Addr: a("10.0.0.1"), Proto: ProtoUDP, Port: 53, Verdict: Verdict{Kind: Jump, Chain: "np-y/new"}},
+		{Addr: a("10.0.0.2"), Proto: ProtoSCTP, Port: 443, Verdict: Verdict{Kind: Goto, Chain: "np-y/new"}},
+		{Addr: a("10.0.0.4"), Proto: ProtoTCP, Port: 1, Verdict: Verdict{Kind: Return}},
+		{Addr: a("10.0.0.5"), Proto: ProtoTCP, Port: 65535, Verdict: Verdict{Kind: Continue}},
+		{Addr: a("10.0.0.6"), Proto: ProtoUDP, Port: 5353, Verdict: Verdict{Kind: Accept}},
+	}
+	setNamed(t, "svc-v6").Elements = []Element{
+		{Addr: a("fd00::1"), Proto: ProtoTCP, Port: 80, Verdict: Verdict{Kind: Accept}},
+		{Addr: a("fd00::1"), Proto: ProtoUDP, Port: 53, Verdict: Verdict{Kind: Goto, Chain: "np-y/new"}},
+	}
 
 	t.Chains = append(t.Chains[:len(t.Chains)-1], &Chain{Name: "np-y/new", Rules: []Rule{
 		{Exprs: []Expr{AddrInSet{Family: IPv6, Field: Saddr, Set: "peers-y-v6"}, L4ProtoEq{ProtoTCP}, Verdict{Kind: Accept}}, Comment: "y/new ingress[0]"},

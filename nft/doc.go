@@ -8,11 +8,12 @@
 // nft text it stands for, so the compiler reads like the ruleset it builds.
 // Only what nftpolicy needs is modelled: address, address-range and
 // address . protocol . port sets, verdict maps keyed by address or by
-// address . protocol . port ranges (one lookup, AddrProtoPortVmap, in
-// place of a chain of first-match rules; no two elements may overlap, see
-// Set.Validate), protocol and port matches, masked mark tests and writes,
-// and verdicts. Table.Validate checks a whole table: its sets, and that
-// every jump and lookup names a chain or set of the right kind.
+// address . protocol . port (one lookup, AddrProtoPortVmap, in place of a
+// chain of first-match rules: exact values in a hash, whatever its size,
+// or ranges, no two of which may overlap, see Set.Validate), protocol and
+// port matches, masked mark tests and writes, and verdicts.
+// Table.Validate checks a whole table: its sets, and that every jump and
+// lookup names a chain or set of the right kind.
 //
 // # Rendering
 //

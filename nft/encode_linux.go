@@ -127,7 +127,13 @@ func encodeList(s *Set, elems []Element) ([]nftables.SetElement, error) {
 			if err != nil {
 				return nil, fmt.Errorf("element %d: %w", i, err)
 			}
-			out = append(out, nftables.SetElement{Key: addrBytes(e.Addr), VerdictData: &expr.Verdict{Kind: kind, Chain: e.Verdict.Chain}})
+			key := addrBytes(e.Addr)
+			if s.Key.Concat() {
+				// As nft encodes `10.0.0.1 . tcp . 80 : accept` in a map
+				// without intervals: the key alone, no key end, no flags.
+				key = protoPortKey(e.Addr, e.Proto, e.Port)
+			}
+			out = append(out, nftables.SetElement{Key: key, VerdictData: &expr.Verdict{Kind: kind, Chain: e.Verdict.Chain}})
 		case s.Key.Concat():
 			out = append(out, nftables.SetElement{Key: protoPortKey(e.Addr, e.Proto, e.Port)})
 		case s.Interval:
@@ -201,6 +207,9 @@ func concatRegister(off uint32) uint32 {
 	return reg32Offset + off/4
 }
 
+// encodeRule encodes r's expressions. sets holds the table's sets by
+// name: their names and ids, and Interval, which decides how a verdict
+// map lookup of address . protocol . port is encoded.
 func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 	var out []expr.Any
 	lookupSet := func(name string) (*nftables.Set, error) {
@@ -299,17 +308,21 @@ func encodeRule(r Rule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 				addrLen = 16
 			}
 			// As nft 1.0.6 writes `ip saddr . meta l4proto . th dport
-			// vmap @m` for an interval map (nft --debug netlink): the
+			// vmap @m` (nft --debug netlink). For an interval map the
 			// protocol's register goes through a byteorder hton of size
 			// 2 and length 1, which the kernel runs as a no-op (it swaps
 			// len/size = 0 units); nft emits it for a host-order field of
-			// an interval concatenation.
+			// an interval concatenation, and not for an exact map, whose
+			// lookup is then the set lookup's with a verdict.
 			proto := concatRegister(addrLen)
 			out = append(out, matchNfproto(e.Family)...)
 			out = append(out,
 				loadAddr(e.Family, e.Field, reg1),
-				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: proto},
-				&expr.Byteorder{SourceRegister: proto, DestRegister: proto, Op: expr.ByteorderHton, Len: 1, Size: 2},
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: proto})
+			if s.Interval {
+				out = append(out, &expr.Byteorder{SourceRegister: proto, DestRegister: proto, Op: expr.ByteorderHton, Len: 1, Size: 2})
+			}
+			out = append(out,
 				&expr.Payload{DestRegister: concatRegister(addrLen + 4), Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: s.Name, SetID: s.ID})
 		case ICMPv6TypeRange:

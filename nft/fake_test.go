@@ -44,7 +44,8 @@ func TestFakeAppliesDeltas(t *testing.T) {
 			c.Rules = c.Rules[:4]
 			t.Sets = t.Sets[:4]
 			t.Sets = append(t.Sets, &Set{Name: "pods-v4", Key: KeyIPv4, Verdict: true, Elements: setNamed(old, "pods-v4").Elements},
-				&Set{Name: "pods-v6", Key: KeyIPv6, Verdict: true}, setNamed(old, "ports-v4"), setNamed(old, "ports-v6"))
+				&Set{Name: "pods-v6", Key: KeyIPv6, Verdict: true}, setNamed(old, "ports-v4"), setNamed(old, "ports-v6"),
+				setNamed(old, "svc-v4"), setNamed(old, "svc-v6"))
 		}},
 	}
 	for _, step := range steps {

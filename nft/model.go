@@ -154,19 +154,29 @@ type AddrProtoPortInSet struct {
 }
 
 // AddrProtoPortVmap looks address, protocol and destination port up
-// together in an address . protocol . port interval verdict map (a Set
-// with Key KeyIPv4ProtoPort or KeyIPv6ProtoPort, Interval and Verdict) and
-// applies the verdict of the one element whose ranges hold all three:
-// `ip saddr . meta l4proto . th dport vmap @map`. A miss falls through to
-// the next rule, as does a `continue` element. It is one lookup in place of
-// a chain of first-match rules, whatever the map's size.
+// together in an address . protocol . port verdict map (a Set with Key
+// KeyIPv4ProtoPort or KeyIPv6ProtoPort and Verdict) and applies the
+// verdict of the one element that holds all three: `ip saddr . meta
+// l4proto . th dport vmap @map`. A miss falls through to the next rule, as
+// does a `continue` element. It is one lookup in place of a chain of
+// first-match rules.
+//
+// The map decides what kind of lookup it is. In an interval map
+// (Interval) an element holds a range of each of the three, and the
+// kernel picks its pipapo set, whose cost grows with the ranges' spread.
+// In an exact map (no Interval) an element is one address, one protocol
+// and one port, and the kernel picks a hash set: a lookup costs the same
+// whatever the map's size, which is what a map of every pod address ×
+// port needs. nft encodes the two lookups differently (the interval one
+// swaps the protocol's register first), so the writer asks the map.
 //
 // A packet of another family, or one without a transport header the
 // kernel can read (a fragment after the first), is a miss. For a protocol
 // without ports `th dport` reads bytes 2-3 of whatever header follows
-// (ICMP's checksum); Set.Validate therefore requires an element whose
-// protocols include one without ports to span every port, so that the
-// value read never decides.
+// (ICMP's checksum); Set.Validate therefore requires an interval element
+// whose protocols include one without ports to span every port, and
+// refuses such a protocol in an exact map, so that the value read never
+// decides.
 type AddrProtoPortVmap struct {
 	Family IPFamily
 	Field  AddrField
@@ -320,8 +330,9 @@ type Set struct {
 	// AddrProtoPortVmap).
 	Interval bool
 	// Verdict makes this a verdict map from the key to Element.Verdict.
-	// A verdict map's key is an address, or, with Interval, an address .
-	// protocol . port concatenation.
+	// A verdict map's key is an address or an address . protocol . port
+	// concatenation; the latter exact (one value of each, a hash lookup)
+	// or, with Interval, of ranges.
 	Verdict  bool
 	Elements []Element
 }
@@ -330,6 +341,11 @@ type Set struct {
 // verdict map: its elements are ranges of all three, encoded as a key and
 // a key end (the kernel's pipapo set), not as interval end elements.
 func (s *Set) protoPortMap() bool { return s.Key.Concat() && s.Interval }
+
+// exactProtoPortMap reports whether s is an exact address . protocol .
+// port verdict map: one value of each per element, a plain key (the
+// kernel's hash set).
+func (s *Set) exactProtoPortMap() bool { return s.Key.Concat() && s.Verdict && !s.Interval }
 
 // A KeyType is the type of a set's key.
 type KeyType int
@@ -360,6 +376,9 @@ func (k KeyType) Concat() bool { return k == KeyIPv4ProtoPort || k == KeyIPv6Pro
 //     equal to Addr for a single address);
 //   - concatenated sets: Addr, Proto and Port;
 //   - verdict maps keyed by address: Addr and Verdict;
+//   - exact address . protocol . port verdict maps: Addr, Proto, Port
+//     and Verdict; the element holds a packet whose address, protocol
+//     and port equal them;
 //   - address . protocol . port interval verdict maps: the inclusive
 //     ranges Addr-Last, Proto-ProtoLast and Port-PortLast, each end zero
 //     or equal to its start for a single value, and Verdict. The element

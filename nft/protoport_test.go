@@ -152,7 +152,7 @@ func TestTraceProtoPortVmapPath(t *testing.T) {
 	// A map of another family, or none, is a table error.
 	bad := protoPortTable()
 	bad.Chains[0].Rules[0] = Rule{Exprs: []Expr{AddrProtoPortVmap{Family: IPv6, Field: Saddr, Map: "m4"}}}
-	if _, err := Trace(bad, "filter-forward", Packet{Src: a("fd00::1"), Dst: a("fd00::2")}); err == nil || !strings.Contains(err.Error(), "no ip6 address . protocol . port interval map") {
+	if _, err := Trace(bad, "filter-forward", Packet{Src: a("fd00::1"), Dst: a("fd00::2")}); err == nil || !strings.Contains(err.Error(), "no ip6 address . protocol . port verdict map") {
 		t.Errorf("trace through a map of the other family: %v", err)
 	}
 }
@@ -228,7 +228,7 @@ func TestValidateProtoPortMap(t *testing.T) {
 		{"a jump without a chain", set(Element{Addr: a("10.0.0.1"), Proto: 6, Port: 80, Verdict: Verdict{Kind: Jump}}), "jump without a chain"},
 		{"an unknown verdict", set(Element{Addr: a("10.0.0.1"), Proto: 6, Port: 80, Verdict: Verdict{Kind: "queue"}}), `verdict "queue"`},
 		{"an accept with a chain", set(Element{Addr: a("10.0.0.1"), Proto: 6, Port: 80, Verdict: Verdict{Kind: Accept, Chain: "x"}}), "accept with a chain"},
-		{"without intervals", Set{Key: KeyIPv4ProtoPort, Verdict: true}, "address . protocol . port ranges in a verdict map"},
+		{"a set with intervals", Set{Key: KeyIPv4ProtoPort, Interval: true}, "address . protocol . port ranges in a verdict map"},
 		{"a set, not a map", Set{Key: KeyIPv6ProtoPort, Interval: true}, "interval sets here hold plain addresses"},
 		{"port ranges in a hash concatenation", Set{Key: KeyIPv4ProtoPort, Elements: []Element{{Addr: a("10.0.0.1"), Proto: 6, Port: 80, PortLast: 81}}}, "a protocol or port range outside"},
 		{"protocol ranges in an address map", Set{Key: KeyIPv4, Verdict: true, Elements: []Element{{Addr: a("10.0.0.1"), ProtoLast: 6, Verdict: drop}}}, "a protocol or port range outside"},

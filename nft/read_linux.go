@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -96,6 +97,10 @@ type kernelSet struct {
 // errDumpInterrupted reports a dump that kept being interrupted: the
 // kernel flags a dump whose ruleset generation changed while it was read.
 var errDumpInterrupted = errors.New("dump interrupted by concurrent commits too often")
+
+// errDumpRepeats reports a set whose dump kept repeating elements (see
+// readKernel): a hash set the kernel kept resizing.
+var errDumpRepeats = errors.New("dump of the set's elements kept repeating some (the kernel resizing its hash)")
 
 // dumpTries bounds the attempts at one dump that commits (anyone's, to any
 // table) keep interrupting. Each dump is one chain or one set, so a retry
@@ -337,27 +342,48 @@ func (c *Conn) readKernel(name string) (*kernelTable, error) {
 	var buf []byte
 	for sname, s := range kt.sets {
 		attrs := []netlink.Attribute{nameAttr(unix.NFTA_SET_ELEM_LIST_TABLE), {Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(sname + "\x00")}}
-		err := dump(nl, unix.NFT_MSG_GETSETELEM, attrs, func() { clear(s.elements); s.count = 0 }, func(b []byte) error {
-			return walk(b, func(typ uint16, data []byte) error {
-				if typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
-					return nil
-				}
-				return walk(data, func(typ uint16, data []byte) error {
-					if typ != unix.NFTA_LIST_ELEM {
+		// A dump of more elements than one message holds resumes by
+		// skipping as many as were sent, in the order the set walks
+		// them. A hash set the kernel is resizing (it does so in the
+		// background after a large write) walks in another order from
+		// one message to the next, and the dump repeats some elements
+		// and leaves as many out, the count right and the content wrong.
+		// A set never holds one element twice, so a repeat gives it
+		// away: the set is read again once the resize is done.
+		repeated := false
+		for try := 1; ; try++ {
+			err := dump(nl, unix.NFT_MSG_GETSETELEM, attrs, func() { clear(s.elements); s.count = 0; repeated = false }, func(b []byte) error {
+				return walk(b, func(typ uint16, data []byte) error {
+					if typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 						return nil
 					}
-					var err error
-					if buf, err = appendCanonElement(buf[:0], data); err != nil {
-						return err
-					}
-					s.elements[string(buf)]++
-					s.count++
-					return nil
+					return walk(data, func(typ uint16, data []byte) error {
+						if typ != unix.NFTA_LIST_ELEM {
+							return nil
+						}
+						var err error
+						if buf, err = appendCanonElement(buf[:0], data); err != nil {
+							return err
+						}
+						if s.elements[string(buf)] > 0 {
+							repeated = true
+						}
+						s.elements[string(buf)]++
+						s.count++
+						return nil
+					})
 				})
 			})
-		})
-		if err != nil {
-			return nil, fmt.Errorf("read set %s: %w", sname, err)
+			if err != nil {
+				return nil, fmt.Errorf("read set %s: %w", sname, err)
+			}
+			if !repeated {
+				break
+			}
+			if try == dumpTries {
+				return nil, fmt.Errorf("read set %s: %w", sname, errDumpRepeats)
+			}
+			time.Sleep(time.Duration(try) * 10 * time.Millisecond)
 		}
 	}
 	return kt, nil
@@ -686,7 +712,9 @@ func chainDrift(got *kernelTable, t *Table) (string, error) {
 	}
 	sets := make(map[string]*nftables.Set, len(t.Sets))
 	for _, s := range t.Sets {
-		sets[s.Name] = &nftables.Set{Name: s.Name}
+		// Interval: an address . protocol . port map lookup is encoded
+		// as its map's kind asks (see encodeRule).
+		sets[s.Name] = &nftables.Set{Name: s.Name, Interval: s.Interval}
 	}
 	var buf []byte
 	for _, ch := range t.Chains {
@@ -825,6 +853,8 @@ func verdictOf(canon []byte, typ uint16) (string, bool) {
 		s = "jump"
 	case expr.VerdictGoto:
 		s = "goto"
+	case expr.VerdictContinue:
+		s = "continue"
 	default:
 		s = fmt.Sprintf("verdict %d", k)
 	}

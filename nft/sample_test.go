@@ -39,6 +39,19 @@ func sampleTable() *Table {
 				{Addr: a("fd00:1::1"), Proto: ProtoUDP, ProtoLast: ProtoUDP, Port: 53, PortLast: 53, Verdict: Verdict{Kind: Accept}},
 				{Addr: a("fd00:2::1"), Last: a("fd00:2::5"), Proto: ProtoICMPv6, Port: 0, PortLast: 65535, Verdict: Verdict{Kind: Jump, Chain: "leaf"}},
 			}},
+			{Name: "svc-v4", Comment: "exact addr . proto . port", Key: KeyIPv4ProtoPort, Verdict: true, Elements: []Element{
+				{Addr: a("10.0.0.1"), Proto: ProtoTCP, Port: 80, Verdict: Verdict{Kind: Accept}},
+				{Addr: a("10.0.0.1"), Proto: ProtoTCP, Port: 81, Verdict: Verdict{Kind: Drop}},
+				{Addr: a("10.0.0.1"), Proto: ProtoUDP, Port: 53, Verdict: Verdict{Kind: Jump, Chain: "leaf"}},
+				{Addr: a("10.0.0.2"), Proto: ProtoSCTP, Port: 443, Verdict: Verdict{Kind: Goto, Chain: "leaf"}},
+				{Addr: a("10.0.0.3"), Proto: ProtoTCP, Port: 22, Verdict: Verdict{Kind: Drop}},
+				{Addr: a("10.0.0.4"), Proto: ProtoTCP, Port: 1, Verdict: Verdict{Kind: Return}},
+				{Addr: a("10.0.0.5"), Proto: ProtoTCP, Port: 65535, Verdict: Verdict{Kind: Continue}},
+			}},
+			{Name: "svc-v6", Key: KeyIPv6ProtoPort, Verdict: true, Elements: []Element{
+				{Addr: a("fd00::1"), Proto: ProtoTCP, Port: 80, Verdict: Verdict{Kind: Accept}},
+				{Addr: a("fd00::1"), Proto: ProtoUDP, Port: 53, Verdict: Verdict{Kind: Jump, Chain: "leaf"}},
+			}},
 		},
 		Chains: []*Chain{
 			{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Priority: -1, Policy: Accept}, Rules: []Rule{
@@ -49,6 +62,8 @@ func sampleTable() *Table {
 				{Exprs: []Expr{AddrVmap{Family: IPv6, Field: Saddr, Map: "pods-v6"}}},
 				{Exprs: []Expr{AddrProtoPortVmap{Family: IPv4, Field: Saddr, Map: "ports-v4"}}},
 				{Exprs: []Expr{AddrProtoPortVmap{Family: IPv6, Field: Daddr, Map: "ports-v6"}}, Comment: "ports"},
+				{Exprs: []Expr{AddrProtoPortVmap{Family: IPv4, Field: Daddr, Map: "svc-v4"}}},
+				{Exprs: []Expr{AddrProtoPortVmap{Family: IPv6, Field: Saddr, Map: "svc-v6"}}, Comment: "exact"},
 			}},
 			{Name: "pod-x/a", Rules: []Rule{
 				{Exprs: []Expr{AddrEq{Field: Saddr, Addr: a("10.0.0.1")}, Verdict{Kind: Return}}},

@@ -59,6 +59,7 @@ func Trace(t *Table, hookChain string, p Packet) (TraceResult, error) {
 type tracer struct {
 	chains map[string]*Chain
 	sets   map[string]*Set
+	exact  map[string]map[exactKey]Element // see Tracer
 	p      Packet
 	path   []string
 }
@@ -216,23 +217,28 @@ func (tr *tracer) addr(f AddrField) netip.Addr {
 
 func (tr *tracer) inFamily(f IPFamily) bool { return FamilyOf(tr.p.Src) == f }
 
-// protoPortLookup finds the element of an address . protocol . port
-// interval map whose three ranges hold the packet's address, protocol and
-// Dport, as the kernel's lookup does. Validate leaves at most one; in a
-// map it did not check, the first in order wins. A packet of another
-// family misses.
+// protoPortLookup finds the element of an address . protocol . port map
+// that holds the packet's address, protocol and Dport, as the kernel's
+// lookup does: in an interval map the one whose three ranges hold them
+// (Validate leaves at most one; in a map it did not check, the first in
+// order wins), in an exact map the one whose key equals them. A packet of
+// another family misses.
 func (tr *tracer) protoPortLookup(e AddrProtoPortVmap) (Element, bool, error) {
 	s := tr.sets[e.Map]
 	if s == nil {
 		return Element{}, false, fmt.Errorf("no map %s", e.Map)
 	}
-	if !s.protoPortMap() || s.Key.Family() != e.Family {
-		return Element{}, false, fmt.Errorf("map %s is no %s address . protocol . port interval map", e.Map, e.Family.Keyword())
+	if !s.Key.Concat() || !s.Verdict || s.Key.Family() != e.Family {
+		return Element{}, false, fmt.Errorf("map %s is no %s address . protocol . port verdict map", e.Map, e.Family.Keyword())
 	}
 	if !tr.inFamily(e.Family) {
 		return Element{}, false, nil
 	}
 	a, p := tr.addr(e.Field), tr.p
+	if s.exactProtoPortMap() {
+		el, ok := tr.exact[e.Map][exactKey{a, p.Proto, p.Dport}]
+		return el, ok, nil
+	}
 	for _, el := range s.Elements {
 		p0, p1 := el.protoRange()
 		q0, q1 := el.portRange()

@@ -1,6 +1,9 @@
 package nft
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // A Tracer is Trace for many packets through one table: it indexes the
 // table's chains and sets once, where Trace does it for every packet (at
@@ -10,16 +13,39 @@ import "fmt"
 type Tracer struct {
 	chains map[string]*Chain
 	sets   map[string]*Set
+	// exact indexes each exact address . protocol . port map by key, as
+	// the kernel's hash does: such a map holds an element per pod address
+	// and port, thousands, and a packet looks one up.
+	exact map[string]map[exactKey]Element
+}
+
+// An exactKey is the key of an element of an exact address . protocol .
+// port map.
+type exactKey struct {
+	addr  netip.Addr
+	proto Proto
+	port  uint16
 }
 
 // NewTracer indexes t for tracing.
 func NewTracer(t *Table) *Tracer {
-	x := &Tracer{chains: make(map[string]*Chain, len(t.Chains)), sets: make(map[string]*Set, len(t.Sets))}
+	x := &Tracer{chains: make(map[string]*Chain, len(t.Chains)), sets: make(map[string]*Set, len(t.Sets)), exact: map[string]map[exactKey]Element{}}
 	for _, c := range t.Chains {
 		x.chains[c.Name] = c
 	}
 	for _, s := range t.Sets {
 		x.sets[s.Name] = s
+		if !s.exactProtoPortMap() {
+			continue
+		}
+		idx := make(map[exactKey]Element, len(s.Elements))
+		for _, e := range s.Elements {
+			k := exactKey{e.Addr, e.Proto, e.Port}
+			if _, dup := idx[k]; !dup { // in a map Validate did not check, the first wins
+				idx[k] = e
+			}
+		}
+		x.exact[s.Name] = idx
 	}
 	return x
 }
@@ -30,7 +56,7 @@ func (x *Tracer) Trace(hookChain string, p Packet) (TraceResult, error) {
 	if !ok || base.Hook == nil {
 		return TraceResult{}, fmt.Errorf("trace: no base chain %q", hookChain)
 	}
-	tr := &tracer{chains: x.chains, sets: x.sets, p: p}
+	tr := &tracer{chains: x.chains, sets: x.sets, exact: x.exact, p: p}
 	v, err := tr.run(base, 0)
 	if err != nil {
 		return TraceResult{}, err
@@ -59,7 +85,7 @@ func (x *Tracer) Matches(chain string, i int, p Packet) (bool, error) {
 	if !ok || i < 0 || i >= len(c.Rules) {
 		return false, fmt.Errorf("trace: no rule %d in chain %q", i, chain)
 	}
-	tr := &tracer{chains: x.chains, sets: x.sets, p: p}
+	tr := &tracer{chains: x.chains, sets: x.sets, exact: x.exact, p: p}
 	for _, e := range c.Rules[i].Exprs {
 		if m, isMap := e.(AddrProtoPortVmap); isMap {
 			el, hit, err := tr.protoPortLookup(m)
@@ -86,7 +112,7 @@ func (x *Tracer) Matches(chain string, i int, p Packet) (bool, error) {
 // address . protocol . port map, as Trace would find it, and false on a
 // miss (a packet of another family included).
 func (x *Tracer) LookupProtoPort(e AddrProtoPortVmap, p Packet) (Element, bool, error) {
-	tr := &tracer{chains: x.chains, sets: x.sets, p: p}
+	tr := &tracer{chains: x.chains, sets: x.sets, exact: x.exact, p: p}
 	el, ok, err := tr.protoPortLookup(e)
 	if err != nil {
 		return Element{}, false, fmt.Errorf("trace: %w", err)

@@ -24,12 +24,16 @@ import (
 // (EEXIST), but takes one that covers another whole, and a packet in both
 // then gets whichever the kernel finds first: so any overlap is refused
 // here.
+//
+// An exact address . protocol . port verdict map holds single values, no
+// key twice, and no protocol without ports: `th dport` reads ICMP's
+// checksum there, and an exact port would decide by it.
 func (s *Set) Validate() error {
 	if s.Key < KeyIPv4 || s.Key > KeyIPv6ProtoPort {
 		return fmt.Errorf("unknown key type %d", s.Key)
 	}
-	if s.Key.Concat() && (s.Interval || s.Verdict) {
-		if !(s.Interval && s.Verdict) {
+	if s.Key.Concat() && s.Interval {
+		if !s.Verdict {
 			return fmt.Errorf("interval sets here hold plain addresses, or address . protocol . port ranges in a verdict map")
 		}
 		return s.validateProtoPortMap()
@@ -49,7 +53,7 @@ func (s *Set) Validate() error {
 			return fmt.Errorf("element %d: address %v is not %s", i, e.Addr, fam.Keyword())
 		}
 		if e.ProtoLast != 0 || e.PortLast != 0 {
-			return fmt.Errorf("element %d: a protocol or port range outside an address . protocol . port map", i)
+			return fmt.Errorf("element %d: a protocol or port range outside an address . protocol . port interval map", i)
 		}
 		if s.Interval {
 			r := addrRangeOf(e)
@@ -72,9 +76,16 @@ func (s *Set) Validate() error {
 			k.proto, k.port = e.Proto, e.Port
 		}
 		if j, dup := seen[k]; dup {
-			return fmt.Errorf("element %d repeats the key of element %d (%v)", i, j, e.Addr)
+			key := e.Addr.String()
+			if s.Key.Concat() {
+				key = fmt.Sprintf("%s . %s . %d", e.Addr, e.Proto, e.Port)
+			}
+			return fmt.Errorf("element %d repeats the key of element %d (%s)", i, j, key)
 		}
 		seen[k] = i
+		if s.exactProtoPortMap() && !e.Proto.HasPorts() {
+			return fmt.Errorf("element %d (%s): protocol %s has no ports, so an exact port would match bytes of another header", i, renderElement(s, e), e.Proto)
+		}
 		if s.Verdict {
 			if err := validVerdict(e.Verdict); err != nil {
 				return fmt.Errorf("element %d: %w", i, err)
@@ -202,8 +213,6 @@ func (t *Table) validateRefs(chainsToo bool) error {
 			return fmt.Errorf("set %s has key %s, the lookup loads another", name, keyTypeName(s.Key))
 		case vmap && !s.Verdict:
 			return fmt.Errorf("set %s is no verdict map", name)
-		case vmap && concat && !s.Interval:
-			return fmt.Errorf("map %s is no interval map", name)
 		case !vmap && concat && s.Interval:
 			return fmt.Errorf("set %s is an interval verdict map", name)
 		}

@@ -328,7 +328,9 @@ func (b *writer) addSet(s *Set) error {
 		KeyType:      keyDatatype(s.Key),
 		// An interval concatenation is flagged, and its fields' lengths
 		// declared (NFTA_SET_DESC_CONCAT), as nft does: the kernel picks
-		// its pipapo set by them. Hash concatenations stay as they were.
+		// its pipapo set by them. An exact one, set or verdict map, is
+		// neither, as nft declares it (nft 1.0.6 --debug mnl), and the
+		// kernel picks a hash set.
 		Concatenation: s.protoPortMap(),
 	}
 	if s.Verdict {

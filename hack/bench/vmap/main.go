@@ -20,7 +20,28 @@
 // It prints packets per second as ratios only: each variant against
 // empty, and vmap-N against chain-N, medians of the per-round ratios.
 //
-// Run as root: go run ./hack/bench/vmap [-rounds 5] [-seconds 2] [-n 10,100]
+// With -exact it measures instead the exact address . protocol . port
+// map (no intervals: the kernel's hash set), whose lookup should cost the
+// same whatever its size, as a map of every pod address × port needs.
+// N is then the number of elements, 10, 100, 1000 and 10000 by default,
+// one of them the flood's own key (sender . udp . port : accept), the
+// others other addresses' and ports' (drop). Variants, interleaved in
+// every round as above:
+//
+//   - empty;
+//   - exact-N: one rule `ip saddr . meta l4proto . th dport vmap @m`, m
+//     exact, holding the N elements: every packet hits;
+//   - interval-N: the same rule and elements in an interval map (the
+//     kernel's pipapo set), for comparison;
+//   - rules-N: the N elements as N first-match rules `ip saddr A meta
+//     l4proto udp th dport X drop`, the flood's (accept) last: the chain
+//     the map replaces, at its worst.
+//
+// It prints each variant against empty, exact-N against the smallest
+// exact map (exact-10 by default; the claim: flat), and exact-N against
+// interval-N and rules-N.
+//
+// Run as root: go run ./hack/bench/vmap [-exact] [-rounds 5] [-seconds 2] [-n 10,100]
 package main
 
 import (
@@ -52,8 +73,14 @@ func run() int {
 	rounds := flag.Int("rounds", 5, "measured rounds, after one warm-up round")
 	seconds := flag.Float64("seconds", 2, "flood duration of one measurement")
 	settle := flag.Duration("settle", 500*time.Millisecond, "pause between programming a variant and flooding")
-	sizes := flag.String("n", "10,100", "rule counts N, comma-separated")
+	sizes := flag.String("n", "10,100", "rule counts N, comma-separated (with -exact: element counts, default 10,100,1000,10000)")
+	exact := flag.Bool("exact", false, "measure the exact (hash) address . protocol . port map at N elements instead")
 	flag.Parse()
+	nGiven := false
+	flag.Visit(func(f *flag.Flag) { nGiven = nGiven || f.Name == "n" })
+	if *exact && !nGiven {
+		*sizes = "10,100,1000,10000"
+	}
 	var ns []int
 	for _, f := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -94,6 +121,14 @@ func run() int {
 	peers := peerRanges(src.IPv4())
 	variants := []variant{{"empty", base(nil)}}
 	for _, n := range ns {
+		if *exact {
+			elems := exactElements(src.IPv4(), n)
+			variants = append(variants,
+				variant{fmt.Sprintf("exact-%d", n), mapTable(elems, false)},
+				variant{fmt.Sprintf("interval-%d", n), mapTable(elems, true)},
+				variant{fmt.Sprintf("rules-%d", n), rulesTable(elems)})
+			continue
+		}
 		variants = append(variants,
 			variant{fmt.Sprintf("chain-%d", n), chainTable(peers, n)},
 			variant{fmt.Sprintf("vmap-%d", n), vmapTable(peers, n)})
@@ -143,13 +178,26 @@ func run() int {
 		return flood.Median(r)
 	}
 	fmt.Printf("one unanswered UDP flow through the forward hook, %d rounds of %.0fs after a warm-up; medians of per-round ratios\n", *rounds, *seconds)
-	fmt.Printf("%-12s %14s\n", "variant", "pps vs empty")
+	fmt.Printf("%-14s %14s\n", "variant", "pps vs empty")
 	for _, v := range variants[1:] {
-		fmt.Printf("%-12s %13.3fx\n", v.name, ratio(v.name, "empty"))
+		fmt.Printf("%-14s %13.3fx\n", v.name, ratio(v.name, "empty"))
 	}
-	fmt.Printf("\n%-12s %-12s %14s\n", "variant", "against", "pps ratio")
+	fmt.Printf("\n%-14s %-14s %14s\n", "variant", "against", "pps ratio")
+	against := func(a, b string) {
+		fmt.Printf("%-14s %-14s %13.3fx\n", a, b, ratio(a, b))
+	}
 	for _, n := range ns {
-		fmt.Printf("%-12s %-12s %13.3fx\n", fmt.Sprintf("vmap-%d", n), fmt.Sprintf("chain-%d", n), ratio(fmt.Sprintf("vmap-%d", n), fmt.Sprintf("chain-%d", n)))
+		if *exact {
+			against(fmt.Sprintf("exact-%d", n), fmt.Sprintf("exact-%d", ns[0]))
+			continue
+		}
+		against(fmt.Sprintf("vmap-%d", n), fmt.Sprintf("chain-%d", n))
+	}
+	if *exact {
+		for _, n := range ns {
+			against(fmt.Sprintf("exact-%d", n), fmt.Sprintf("interval-%d", n))
+			against(fmt.Sprintf("exact-%d", n), fmt.Sprintf("rules-%d", n))
+		}
 	}
 	return 0
 }
@@ -214,4 +262,42 @@ func vmapTable(peers []netip.Prefix, n int) *nft.Table {
 	t := base([]nft.Rule{{Exprs: []nft.Expr{nft.AddrProtoPortVmap{Family: nft.IPv4, Field: nft.Saddr, Map: "m"}}}})
 	t.Sets = []*nft.Set{m}
 	return t
+}
+
+// exactElements are n distinct keys `A . udp . X`, as a map of pod
+// addresses × ports holds them: addresses from the start of the sender's
+// /16, ten ports each from firstPort, drop; and, first, the flood's own
+// key, accept.
+func exactElements(sender netip.Addr, n int) []nft.Element {
+	out := []nft.Element{{Addr: sender, Proto: nft.ProtoUDP, Port: flood.Port, Verdict: nft.Verdict{Kind: nft.Accept}}}
+	for a := netip.PrefixFrom(sender, 16).Masked().Addr(); len(out) < n; a = a.Next() {
+		for i := 0; i < 10 && len(out) < n; i++ {
+			out = append(out, nft.Element{Addr: a, Proto: nft.ProtoUDP, Port: uint16(firstPort + i), Verdict: nft.Verdict{Kind: nft.Drop}})
+		}
+	}
+	return out
+}
+
+// mapTable: `ip saddr . meta l4proto . th dport vmap @m`, m holding
+// elems, exact or (interval) in the kernel's pipapo set.
+func mapTable(elems []nft.Element, interval bool) *nft.Table {
+	m := &nft.Set{Name: "m", Key: nft.KeyIPv4ProtoPort, Interval: interval, Verdict: true, Elements: elems}
+	t := base([]nft.Rule{{Exprs: []nft.Expr{nft.AddrProtoPortVmap{Family: nft.IPv4, Field: nft.Saddr, Map: "m"}}}})
+	t.Sets = []*nft.Set{m}
+	return t
+}
+
+// rulesTable: elems as first-match rules `ip saddr A meta l4proto udp th
+// dport X verdict`, the first element (the flood's) last.
+func rulesTable(elems []nft.Element) *nft.Table {
+	var rules []nft.Rule
+	for _, e := range append(slices.Clone(elems[1:]), elems[0]) {
+		rules = append(rules, nft.Rule{Exprs: []nft.Expr{
+			nft.AddrEq{Field: nft.Saddr, Addr: e.Addr},
+			nft.L4ProtoEq{Proto: e.Proto},
+			nft.DportRange{First: e.Port, Last: e.Port},
+			e.Verdict,
+		}})
+	}
+	return base(rules)
 }
