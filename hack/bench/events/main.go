@@ -70,6 +70,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -111,6 +113,7 @@ type config struct {
 	namespaces, pods, policies, local, events int
 	clusterPolicies                           int
 	timing                                    enforcer.Timing
+	walkPolicies                              bool
 }
 
 func run() int {
@@ -121,6 +124,8 @@ func run() int {
 	flag.IntVar(&cfg.clusterPolicies, "cluster-policies", 0, "ClusterNetworkPolicies in the cluster; above 0 adds the cnp event kinds")
 	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
 	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured events to this file")
+	flag.BoolVar(&cfg.walkPolicies, "walk-policies", false, "pod chains walk every selecting policy (enforcer.Options.WalkPolicies), the layout before the flat stage")
 	// The daemon's defaults (cmd/nftpolicy: --debounce, --max-delay).
 	flag.DurationVar(&cfg.timing.Debounce, "debounce", 100*time.Millisecond, "Run's debounce, for the second table")
 	flag.DurationVar(&cfg.timing.MaxDelay, "max-delay", time.Second, "Run's max delay, for the second table")
@@ -137,6 +142,20 @@ func run() int {
 	if cfg.local < 1 || cfg.local > cfg.namespaces*cfg.pods {
 		fmt.Fprintln(os.Stderr, "-local must be between 1 and the number of pods")
 		return 2
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	// An interrupt cancels ctx instead of killing the process, so that the
@@ -181,7 +200,7 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	s := enforcer.NewSyncer(conn, enforcer.Options{Node: node}, enforcer.PrioritySetting{Auto: true}, zap.NewNop())
+	s := enforcer.NewSyncer(conn, enforcer.Options{Node: node, WalkPolicies: cfg.walkPolicies}, enforcer.PrioritySetting{Auto: true}, zap.NewNop())
 
 	start := time.Now()
 	first, err := s.Sync(base)
@@ -197,6 +216,18 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "event -> kernel: %d namespaces, %d pods (%d on this node), %d policies, %d cluster policies; %d events of each kind\n",
 		len(base.Namespaces), len(base.Pods), local, len(base.Policies), len(base.ClusterPolicies), cfg.events)
 	fmt.Fprintf(out, "first sync (whole table): %s, %d messages\n", seconds(time.Since(start)), first.Batch.Messages)
+	var rules, elements int
+	for _, ch := range first.Table.Chains {
+		rules += len(ch.Rules)
+	}
+	for _, set := range first.Table.Sets {
+		elements += len(set.Elements)
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Fprintf(out, "table: %d chains, %d rules, %d sets, %d elements; Go heap in use after it %.1f MB\n",
+		len(first.Table.Chains), rules, len(first.Table.Sets), elements, float64(ms.HeapInuse)/1e6)
 
 	direct, err := measureSync(ctx, s, base, kinds, cfg.events)
 	if err != nil {

@@ -18,7 +18,13 @@
 //     packet, and logs the few the limit lets through to a group nobody
 //     reads (the kernel drops them unread; reading costs the daemon,
 //     not the packet path);
-//   - 1k policies with ClusterNetworkPolicies (-cnp, on by default).
+//   - 1k policies with ClusterNetworkPolicies (-cnp, on by default);
+//   - 1k policies with the receiver selected by K = 1, 10 and 100 of them
+//     (-k, on by default; "k=K"): K-1 policies of the bench namespace
+//     select it, each allowing another namespace on another TCP port, as
+//     a multi-tenant namespace with one policy per client team looks, and
+//     one more allows the flood. It sorts last, so a layout that walks
+//     the policies selecting the pod walks all of them.
 //
 // With cluster policies, "cnp-100" adds 100 of them, a mix of Admin and
 // Baseline guardrails (internal/scale.ClusterPolicies), of which two
@@ -35,7 +41,7 @@
 // compared, round by round, with the variant it extends (for cluster
 // policies: the 1k-policy table without them, "no-cnp").
 //
-// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2] [-cnp=false | -cnp-only]
+// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2] [-cnp=false | -cnp-only] [-k=false | -k-only]
 package main
 
 import (
@@ -80,7 +86,12 @@ func run() int {
 	settle := flag.Duration("settle", time.Second, "pause between programming a variant and flooding")
 	withCNP := flag.Bool("cnp", true, "also measure the ClusterNetworkPolicy variants (1k policies +cnp-100, +cnp-100-all)")
 	cnpOnly := flag.Bool("cnp-only", false, "measure only none, conntrack-only, 1k policies and the ClusterNetworkPolicy variants")
+	withK := flag.Bool("k", true, "also measure the receiver selected by K = 1, 10 and 100 policies")
+	kOnly := flag.Bool("k-only", false, "measure only none, conntrack-only and the K variants")
 	flag.Parse()
+	if *kOnly {
+		*cnpOnly, *withCNP, *withK = false, false, true
+	}
 
 	c, err := netns.NewCluster(netns.Options{Name: "ppsbench", IPv4: true})
 	if err != nil {
@@ -105,6 +116,7 @@ func run() int {
 	}
 	defer conn.Close()
 
+	var program func(snap *k8s.Snapshot, counters, flowLog, walk bool, cnps clusterPolicies) func() error
 	clear := func() error {
 		if err := conn.Delete(nft.FamilyInet, enforcer.DefaultTable); err != nil {
 			return err
@@ -114,8 +126,10 @@ func run() int {
 		return nil
 	}
 	withPolicies := func(namespaces, policiesPerNS int, counters, flowLog bool, cnps clusterPolicies) func() error {
-		snap := benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog, cnps)
-		opts := enforcer.Options{Node: node, Counters: counters}
+		return program(benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog, cnps), counters, flowLog, false, cnps)
+	}
+	program = func(snap *k8s.Snapshot, counters, flowLog, walk bool, cnps clusterPolicies) func() error {
+		opts := enforcer.Options{Node: node, Counters: counters, WalkPolicies: walk}
 		if flowLog {
 			opts.FlowLog = enforcer.FlowLog{Group: 100}
 		}
@@ -149,6 +163,9 @@ func run() int {
 			return nil
 		}, ""},
 	}
+	if *kOnly {
+		goto kVariants
+	}
 	if !*cnpOnly {
 		variants = append(variants,
 			variant{"nftpolicy 10 policies", withPolicies(1, 10, false, false, noCNP), ""},
@@ -171,6 +188,27 @@ func run() int {
 			variant{"nftpolicy 10k policies", withPolicies(100, 100, false, false, noCNP), ""},
 			variant{"10k policies +counters", withPolicies(100, 100, true, false, noCNP), "nftpolicy 10k policies"},
 			variant{"10k policies +flow log", withPolicies(100, 100, true, true, noCNP), "10k policies +counters"})
+	}
+kVariants:
+	if *withK && !*cnpOnly {
+		for _, k := range selectingK {
+			name := kVariant(k)
+			vs := ""
+			if k != selectingK[0] {
+				vs = kVariant(selectingK[0])
+			}
+			variants = append(variants, variant{name, program(kSnapshot(src, dst, k), false, false, false, noCNP), vs})
+		}
+		// The same clusters with pod chains that walk every selecting
+		// policy (enforcer.Options.WalkPolicies), the layout before the
+		// flat stage, in the same run.
+		for _, k := range selectingK {
+			vs := ""
+			if k != selectingK[0] {
+				vs = kWalkVariant(selectingK[0])
+			}
+			variants = append(variants, variant{kWalkVariant(k), program(kSnapshot(src, dst, k), false, false, true, noCNP), vs})
+		}
 	}
 
 	pps := map[string][]float64{}
@@ -221,7 +259,76 @@ func run() int {
 	if *withCNP || *cnpOnly {
 		printCNP(pps)
 	}
+	if *withK && !*cnpOnly {
+		printK(pps)
+	}
 	return 0
+}
+
+// selectingK are the numbers of policies selecting the receiver that the
+// K variants measure.
+var selectingK = []int{1, 10, 100}
+
+func kVariant(k int) string { return fmt.Sprintf("k=%d", k) }
+
+func kWalkVariant(k int) string { return fmt.Sprintf("k=%d walk", k) }
+
+// printK summarizes the K variants of each layout: the cost over
+// conntrack-only, and against K=1 of the same layout, both as time per
+// packet (round by round) and as cost over conntrack-only (medians).
+func printK(pps map[string][]float64) {
+	base := flood.Median(pps["conntrack-only"])
+	over := func(name string) float64 { return 1e9/flood.Median(pps[name]) - 1e9/base }
+	fmt.Printf("\nThe receiver selected by K policies, at 1k policies\n")
+	fmt.Printf("%-8s %-6s %10s %16s %18s %20s\n", "layout", "K", "pps", "ns/pkt over ct", "time/pkt vs K=1", "over-ct vs K=1")
+	for _, layout := range []struct {
+		label string
+		name  func(int) string
+	}{{"flat", kVariant}, {"walk", kWalkVariant}} {
+		first := pps[layout.name(selectingK[0])]
+		for _, k := range selectingK {
+			with := pps[layout.name(k)]
+			ratios := make([]float64, len(with))
+			for r := range with {
+				ratios[r] = first[r] / with[r]
+			}
+			fmt.Printf("%-8s %-6d %10.0f %16.0f %17.3fx %19.2fx\n", layout.label, k, flood.Median(with), over(layout.name(k)),
+				flood.Median(ratios), over(layout.name(k))/over(layout.name(selectingK[0])))
+		}
+	}
+}
+
+// kSnapshot is the 1k-policy bench cluster with the receiver selected by k
+// policies of its namespace: k-1 "client-team-<i>" policies, each allowing
+// TCP port 8000+i from namespace ns-<i>, which the flood matches nowhere,
+// and "zz-allow-flood", which allows it and is judged last when policies
+// are walked by name.
+func kSnapshot(src, dst *netns.Pod, k int) *k8s.Snapshot {
+	snap := benchSnapshot(src, dst, 100, 10, false, noCNP)
+	for i, np := range snap.Policies {
+		if np.Namespace == "bench" && np.Name == "allow-flood" {
+			np = np.DeepCopy()
+			np.Name = "zz-allow-flood"
+			snap.Policies[i] = np
+		}
+	}
+	tcp := corev1.ProtocolTCP
+	for i := range k - 1 {
+		port := intstr.FromInt32(int32(8000 + i))
+		snap.Policies = append(snap.Policies, &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("client-team-%02d", i)},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "dst"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: scale.NamespaceNamed(fmt.Sprintf("ns-%d", i%100))}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+				}},
+			},
+		})
+	}
+	snap.Sort()
+	return snap
 }
 
 // Names of the variants the ClusterNetworkPolicy summary compares.
