@@ -40,6 +40,10 @@ type CountKey struct {
 	Policy    string
 	Pod       string
 	Direction string
+	// Allowed, with Pod: the connections the pod was allowed, counted by
+	// a pod chain of the flat layout, which knows that some policy
+	// allowed a connection but not which (see flat.go).
+	Allowed bool
 	// For a ClusterNetworkPolicy's rule: its tier ("admin", "baseline"),
 	// index in spec.ingress or spec.egress, and action.
 	Tier   string
@@ -67,15 +71,17 @@ func (c *Compiler) countedChains() map[string]CountKey {
 	}
 	out := make(map[string]CountKey, len(c.policies)+len(c.podChains))
 	for _, p := range c.policies {
-		if !p.active {
-			continue
+		if !p.active || c.flatLayout(p.key.namespace) {
+			continue // no packet walks its chains: its pods' flat chains count
 		}
 		for dir, ch := range p.chains {
 			out[ch.Name] = CountKey{Namespace: p.key.namespace, Policy: p.key.name, Direction: dir}
 		}
 	}
 	for k, pc := range c.podChains {
-		out[pc.chain.Name] = CountKey{Namespace: k.pod.namespace, Pod: k.pod.name, Direction: k.dir}
+		if !pc.flat {
+			out[pc.chain.Name] = CountKey{Namespace: k.pod.namespace, Pod: k.pod.name, Direction: k.dir}
+		}
 	}
 	return out
 }
@@ -88,6 +94,14 @@ func (c *Compiler) countedRules() map[string][]CountKey {
 		return nil
 	}
 	out := make(map[string][]CountKey, len(c.groups))
+	for k, pc := range c.podChains {
+		if pc.flat { // its allowed return, then its drop
+			denied := CountKey{Namespace: k.pod.namespace, Pod: k.pod.name, Direction: k.dir}
+			allowed := denied
+			allowed.Allowed = true
+			out[pc.chain.Name] = []CountKey{allowed, denied}
+		}
+	}
 	for _, g := range c.groups {
 		for name, refs := range g.refs {
 			keys := make([]CountKey, len(refs))

@@ -10,18 +10,21 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
-// With Counters, the rules that allow (set our allow bit) and the pod
-// chains' final drops count, and nothing else changes: without its
-// counters the table is the one compiled without them.
-func TestCompileCounters(t *testing.T) {
-	snap := cluster(
-		policy("x", "deny", denyIngress),
-		policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))),
-		policy("y", "egress", egressRule(peers(podPeer("a")))),
-	)
-	plain, _ := Compile(snap, Options{Node: testNode})
-	counted, _ := Compile(snap, Options{Node: testNode, Counters: true})
-	chains := NewCompiler(Options{Node: testNode, Counters: true})
+var countersSnap = cluster(
+	policy("x", "deny", denyIngress),
+	policy("x", "allow-y", ingressRule(peers(nsPeer("y")), port(tcp, 80))),
+	policy("y", "egress", egressRule(peers(podPeer("a")))),
+)
+
+// With Counters, where pod chains walk their policies, the rules that
+// allow (set our allow bit) and the pod chains' final drops count, and
+// nothing else changes: without its counters the table is the one
+// compiled without them.
+func TestCompileCountersWalked(t *testing.T) {
+	snap := countersSnap
+	plain, _ := Compile(snap, Options{Node: testNode, WalkPolicies: true})
+	counted, _ := Compile(snap, Options{Node: testNode, Counters: true, WalkPolicies: true})
+	chains := NewCompiler(Options{Node: testNode, Counters: true, WalkPolicies: true})
 	chains.Compile(snap, 0)
 	keys := chains.countedChains()
 
@@ -70,6 +73,66 @@ func TestCompileCounters(t *testing.T) {
 	if d := cmp.Diff(nft.Render(plain), nft.Render(counted)); d != "" {
 		t.Errorf("without its counters the table differs from the one compiled without (-plain +counted):\n%s", d)
 	}
+}
+
+// With Counters in the flat layout, a pod chain counts what it allowed
+// (its allowed return) and what it denied (its final drop), and nothing
+// else counts. Policy chains, which no packet walks there, keep their
+// counters (a chain is the same whichever layout its namespace uses) but
+// are not counted chains. Without its counters the table is the one
+// compiled without.
+func TestCompileCountersFlat(t *testing.T) {
+	plain, _ := Compile(countersSnap, Options{Node: testNode})
+	counted, _ := Compile(countersSnap, Options{Node: testNode, Counters: true})
+	c := NewCompiler(Options{Node: testNode, Counters: true})
+	c.Compile(countersSnap, 0)
+	if chains := c.countedChains(); len(chains) != 0 {
+		t.Errorf("counted chains %v in the flat layout; want none", chains)
+	}
+	rules := c.countedRules()
+	podChains := 0
+	for _, ch := range counted.Chains {
+		var counts []int
+		for i, r := range ch.Rules {
+			if slices.Contains(r.Exprs, nft.Expr(nft.Counter{})) {
+				counts = append(counts, i)
+			}
+			ch.Rules[i].Exprs = slices.DeleteFunc(slices.Clone(r.Exprs), func(e nft.Expr) bool { return e == nft.Expr(nft.Counter{}) })
+		}
+		keys, ok := rules[ch.Name]
+		if !ok {
+			if len(counts) > 0 && !isPolicyChain(c, ch.Name) {
+				t.Errorf("chain %s counts in rules %v but is not counted", ch.Name, counts)
+			}
+			continue
+		}
+		podChains++
+		n := len(ch.Rules)
+		if len(counts) != 2 || counts[1] != n-1 || !slices.Contains(ch.Rules[n-1].Exprs, nft.Expr(nft.Verdict{Kind: nft.Drop})) ||
+			!slices.Contains(ch.Rules[counts[0]].Exprs, nft.Expr(nft.MarkBitsSet{Bits: c.bit})) {
+			t.Errorf("chain %s counts in rules %v; want its allowed return and its final drop", ch.Name, counts)
+		}
+		if len(keys) != 2 || !keys[0].Allowed || keys[1].Allowed || keys[0].Pod == "" || keys[0].Pod != keys[1].Pod {
+			t.Errorf("chain %s counts as %+v; want the pod allowed, then denied", ch.Name, keys)
+		}
+	}
+	if podChains == 0 {
+		t.Error("no flat pod chain counts")
+	}
+	if d := cmp.Diff(nft.Render(plain), nft.Render(counted)); d != "" {
+		t.Errorf("without its counters the table differs from the one compiled without (-plain +counted):\n%s", d)
+	}
+}
+
+func isPolicyChain(c *Compiler, name string) bool {
+	for _, p := range c.policies {
+		for _, ch := range p.chains {
+			if ch.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func valuesOf(m map[string]CountKey) []CountKey {

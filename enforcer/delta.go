@@ -66,7 +66,8 @@ func (c *Compiler) Delta() *nft.Delta {
 // table's sets: dispatchMaps.
 func isDispatchMap(name string) bool {
 	for _, f := range families {
-		if name == podsMapName(ingress, f) || name == podsMapName(egress, f) || name == nodeMapName(f) {
+		if name == podsMapName(ingress, f) || name == podsMapName(egress, f) || name == nodeMapName(f) ||
+			name == portsMapName(ingress, f) || name == portsMapName(egress, f) {
 			return true
 		}
 	}

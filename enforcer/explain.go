@@ -210,26 +210,43 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 				s.Baseline, s.BaselineRule = g.memberNames(), ref
 			}
 		}
+		// allows adds ps to the policies judging the pod, and each of its
+		// rules that matches p to those allowing the connection: read
+		// from its chain, which the table holds whichever layout the pod
+		// chain uses (a flat one asks the union of them all at once).
+		allows := func(ps *policyState) error {
+			s.Policies = append(s.Policies, ps.key.String())
+			chain := ps.chains[d.name]
+			for j := range chain.Rules {
+				ok, err := tracer.Matches(chain.Name, j, p)
+				if err != nil {
+					return err
+				}
+				ref := RuleRef{Policy: ps.key.String(), Direction: d.name, Rule: ps.ruleIndex[d.name][j]}
+				if ok && !slices.Contains(s.Allows, ref) {
+					s.Allows = append(s.Allows, ref)
+				}
+			}
+			return nil
+		}
+		if pc.flat {
+			for _, ps := range pc.policies {
+				if err := allows(ps); err != nil {
+					return nil, err
+				}
+			}
+		}
 		for i, r := range pc.chain.Rules {
 			if g, _ := c.tierChain(r); g != nil {
 				continue
 			}
-			if v, ok := jumpTarget(r); ok {
+			if v, ok := jumpTarget(r); ok && !pc.flat {
 				ps := byChain[v]
 				if ps == nil {
 					return nil, fmt.Errorf("explain: chain %s of %s jumps to %s, which is no policy's", pc.chain.Name, end.Pod, v)
 				}
-				s.Policies = append(s.Policies, ps.key.String())
-				chain := ps.chains[d.name]
-				for j := range chain.Rules {
-					ok, err := tracer.Matches(chain.Name, j, p)
-					if err != nil {
-						return nil, err
-					}
-					ref := RuleRef{Policy: ps.key.String(), Direction: d.name, Rule: ps.ruleIndex[d.name][j]}
-					if ok && !slices.Contains(s.Allows, ref) {
-						s.Allows = append(s.Allows, ref)
-					}
+				if err := allows(ps); err != nil {
+					return nil, err
 				}
 				continue
 			}

@@ -28,8 +28,12 @@ package enforcer
 // packet of those ICMPv6 types is judged by policy. Version 7 judges
 // ClusterNetworkPolicy: tier chains, and, while a pod of this node is an
 // egress subject, a base chain on the input hook for its connections to
-// the node (see node.go).
-const Layout = 7
+// the node (see node.go). Version 8 judges NetworkPolicy with the flat
+// stage (flat.go): the ingress-ports and egress-ports maps and the
+// fragment chains (ingress-allow-…, egress-allow-…) in place of jumps to
+// every selecting policy's chain, and a counter on a pod chain's allowed
+// return.
+const Layout = 8
 
 // previousLayout is set, at link time only, by the tests of an upgrade
 // under probing (test/e2e), which need two builds whose layouts differ:

@@ -30,6 +30,9 @@ type policyState struct {
 	// ruleIndex: by direction name, the index in spec.ingress or
 	// spec.egress of the rule each chain rule compiles (see Explain).
 	ruleIndex map[string][]int
+	// flat: by direction name, its rules' port entries as the flat
+	// layout folds them (see flat.go).
+	flat map[string][]flatRule
 
 	ruleProblems []Problem // rules or ports left out; reported while active
 	peerUses     []peerUse // shared peer sets its rules match against
@@ -229,7 +232,7 @@ func (c *Compiler) deactivate(p *policyState) {
 // planPolicy builds what follows from a policy's spec: its selector, its
 // chains, the sets they use, and what cannot be compiled.
 func (c *Compiler) planPolicy(np *networkingv1.NetworkPolicy) *policyState {
-	p := &policyState{key: objKey{np.Namespace, np.Name}, np: np, types: policyTypes(np), chains: map[string]*nft.Chain{}, ruleIndex: map[string][]int{}}
+	p := &policyState{key: objKey{np.Namespace, np.Name}, np: np, types: policyTypes(np), chains: map[string]*nft.Chain{}, ruleIndex: map[string][]int{}, flat: map[string][]flatRule{}}
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil {
 		p.selProblems = []Problem{{Object: policyObject(np), Err: fmt.Errorf("spec.podSelector: %w", err)}}
@@ -339,12 +342,22 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 				}
 				use := portUse{name: port.Port.StrVal, proto: proto, ingress: d == ingress}
 				p.portUses = append(p.portUses, use)
+				p.flat[d.name] = append(p.flat[d.name], flatRule{rule: i, key: key, peers: r.peers, proto: proto, named: use.name})
 				for _, f := range families {
 					exprs := append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(use, f)})
 					add(nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
 				}
 				continue
 			}
+			fr := flatRule{rule: i, key: key, peers: r.peers, proto: proto, last: 65535}
+			if port.Port != nil {
+				fr.first = uint16(port.Port.IntVal)
+				fr.last = fr.first
+				if port.EndPort != nil {
+					fr.last = uint16(*port.EndPort)
+				}
+			}
+			p.flat[d.name] = append(p.flat[d.name], fr)
 			var portExprs []nft.Expr
 			if proto != 0 {
 				portExprs = append(portExprs, nft.L4ProtoEq{Proto: proto})

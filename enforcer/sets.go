@@ -166,6 +166,12 @@ type peerSets struct {
 	// a count of every address was a map of 100k entries for a peer set
 	// naming a third of 150k pods. nil until counted.
 	dups map[netip.Addr]int32
+	// parts, for a union of peer lists (flat.go), are the keys of the
+	// lists it unions: its sets are their sets merged (mergeUnion), not
+	// computed from the pods, and built holds the parts' sets it was last
+	// merged from.
+	parts []string
+	built map[nft.IPFamily][]*nft.Set
 }
 
 func (c *Compiler) acquirePeers(key string, parsed *parsedPeers) {
@@ -277,13 +283,162 @@ func (c *Compiler) refreshPeers(ch *changes) {
 	if len(ch.pods) == 0 && len(ch.namespaces) == 0 && !ch.nodes {
 		return
 	}
+	var unions []*peerSets
 	for e := range c.peers.values() {
+		if e.parts != nil {
+			unions = append(unions, e)
+			continue
+		}
 		if !c.peersTouched(e, ch) {
 			continue
 		}
 		if len(ch.namespaces) > 0 || ch.nodes || !c.patchPeers(e, ch) {
 			c.computePeers(e)
 		}
+	}
+	// Then the unions, from their parts as they are now.
+	for _, e := range unions {
+		if len(ch.namespaces) > 0 || ch.nodes {
+			c.mergeUnion(e)
+		} else {
+			c.patchUnion(e, ch)
+		}
+	}
+}
+
+// mergeRanges is the union of two lists of ranges, each sorted and
+// merged as rangesOf leaves them, sorted and merged the same way.
+func mergeRanges(a, b []nft.Element) []nft.Element {
+	out := make([]nft.Element, 0, len(a)+len(b))
+	add := func(el nft.Element) {
+		if n := len(out); n > 0 {
+			last := lastOf(out[n-1])
+			if el.Addr.Compare(last) <= 0 || last.Next() == el.Addr {
+				if lastOf(el).Compare(last) > 0 {
+					out[n-1] = rangeOf(out[n-1].Addr, lastOf(el))
+				}
+				return
+			}
+		}
+		out = append(out, el)
+	}
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		if j == len(b) || (i < len(a) && a[i].Addr.Compare(b[j].Addr) <= 0) {
+			add(a[i])
+			i++
+		} else {
+			add(b[j])
+			j++
+		}
+	}
+	return out
+}
+
+// patchUnion brings a union in step with its parts after pod changes
+// alone: an address of a changed pod is in the union when it is in one
+// of the parts, which are up to date.
+func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
+	elems := map[nft.IPFamily][]nft.Element{}
+	for _, changed := range ch.pods {
+		for _, pc := range changed {
+			for _, pd := range []*pod{pc.old, pc.new} {
+				if pd == nil {
+					continue
+				}
+				for _, ip := range pd.ips {
+					f := nft.FamilyOf(ip)
+					cur, ok := elems[f]
+					if !ok {
+						cur = e.sets[f].Elements
+					}
+					want := false
+					for _, k := range e.parts {
+						part, _ := c.peers.get(k)
+						if inRangeElements(part.sets[f].Elements, ip) {
+							want = true
+							break
+						}
+					}
+					switch have := inRangeElements(cur, ip); {
+					case want && !have:
+						elems[f] = addAddr(slices.Clone(cur), ip)
+					case !want && have:
+						elems[f] = removeAddr(slices.Clone(cur), ip)
+					}
+				}
+			}
+		}
+	}
+	for _, f := range families {
+		var from []*nft.Set
+		for _, k := range e.parts {
+			part, _ := c.peers.get(k)
+			from = append(from, part.sets[f])
+		}
+		e.built[f] = from
+		next, ok := elems[f]
+		if !ok || slices.Equal(next, e.sets[f].Elements) {
+			continue
+		}
+		s := *e.sets[f]
+		s.Elements = next
+		e.sets[f] = &s
+		c.putSet(&s)
+	}
+}
+
+// mergeUnion (re)builds the sets of a union from its parts' sets, if any
+// of those changed since: the ranges of all of them, merged. A union of
+// many lists (every namespace selector of a pod's policies) would cost as
+// much as all of them again, computed from the pods.
+func (c *Compiler) mergeUnion(e *peerSets) {
+	for _, f := range families {
+		var from []*nft.Set
+		for _, k := range e.parts {
+			part, ok := c.peers.get(k)
+			if !ok {
+				panic("enforcer: a union's part is not held: " + k)
+			}
+			from = append(from, part.sets[f])
+		}
+		if e.sets[f] != nil && slices.Equal(from, e.built[f]) {
+			continue
+		}
+		e.built[f] = from
+		// Each part is sorted and merged already: merge them two by two,
+		// each step linear, rather than sort them all again.
+		lists := make([][]nft.Element, len(from))
+		for i, s := range from {
+			lists[i] = s.Elements
+		}
+		for len(lists) > 1 {
+			next := lists[:0:0]
+			for i := 0; i < len(lists); i += 2 {
+				if i+1 == len(lists) {
+					next = append(next, lists[i])
+				} else {
+					next = append(next, mergeRanges(lists[i], lists[i+1]))
+				}
+			}
+			lists = next
+		}
+		var merged []nft.Element
+		if len(lists) == 1 {
+			merged = lists[0]
+		}
+		if old := e.sets[f]; old != nil && slices.Equal(old.Elements, merged) {
+			continue
+		}
+		s := &nft.Set{
+			Name:     c.peersSetName(e.key, f),
+			Comment:  peersComment(e.key),
+			Key:      addrKey(f),
+			Interval: true,
+			Elements: merged,
+		}
+		e.sets[f] = s
+		c.putSet(s)
 	}
 }
 
@@ -606,6 +761,12 @@ func rangesOf(s *netipx.IPSet, f nft.IPFamily) []nft.Element {
 		out = append(out, e)
 	}
 	return out
+}
+
+// portsMapName is the map of the flat layout from an isolated local pod's
+// address . protocol . port to the chain of the peers allowed there.
+func portsMapName(d direction, f nft.IPFamily) string {
+	return d.name + "-ports-" + familySuffix(f)
 }
 
 func podsMapName(d direction, f nft.IPFamily) string {

@@ -41,6 +41,7 @@ type config struct {
 	metricsGiven     bool // --metrics-addr given: failing to listen is an error
 	profiling        bool // serve net/http/pprof beside the metrics
 	counters         bool // --connection-counters
+	walkPolicies     bool // --walk-policies
 	flowLog          enforcer.FlowLog
 	healthAddr       string
 	poll             time.Duration
@@ -82,7 +83,8 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*config, error) {
 			"false: established flows outlive the changes that deny them, and at start the entries an earlier run revoked are deleted, so that their next packet is judged as a new connection (one the server sends first is judged server to client)")
 	}
 	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // doctor compares with the table as run writes it
-		fs.BoolVar(&cfg.counters, "connection-counters", true, "count, in a rule counter of the kernel, the connections each policy allows and each isolated pod is denied (run serves them as metrics)")
+		fs.BoolVar(&cfg.counters, "connection-counters", true, "count, in a rule counter of the kernel, the connections each isolated pod is allowed and denied, and with --walk-policies those each policy allows (run serves them as metrics)")
+		fs.BoolVar(&cfg.walkPolicies, "walk-policies", false, "judge a new connection by walking the chain of every policy selecting the pod, as before the flat layout: counts per policy, at about 80 ns per selecting policy on every new connection (namespaces with flow logs always walk)")
 	}
 	if cmd == "run" || cmd == "apply" || cmd == "dump" || cmd == "doctor" { // doctor compares with the table as run writes it
 		fs.BoolVar(&cfg.flowLog.All, "flow-log", false, "log the first packet of each connection of every namespace, as the annotation "+k8s.FlowLogAnnotation+`: "true" does for one (run writes a line per connection)`)
@@ -252,7 +254,7 @@ func newLogger(w io.Writer, level zapcore.Level, format string) *zap.Logger {
 func (c *config) options() enforcer.Options {
 	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, TakeOver: c.takeOver, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs,
 		Revoke:   c.conntrackCleanup, // the cleanup marks what the table then drops
-		Counters: c.counters, FlowLog: c.flowLog}
+		Counters: c.counters, WalkPolicies: c.walkPolicies, FlowLog: c.flowLog}
 }
 
 // source names where snapshots come from, for logs.

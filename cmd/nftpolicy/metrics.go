@@ -49,7 +49,9 @@ var (
 	descLastSync = prometheus.NewDesc("nftpolicy_last_successful_sync_timestamp_seconds",
 		"Unix time of the last successful sync; 0 before the first.", nil, nil)
 	descAllowed = prometheus.NewDesc("nftpolicy_policy_allowed_connections_total",
-		"Connections a NetworkPolicy allowed to or from a pod of this node, by policy and direction.", []string{"namespace", "policy", "direction"}, nil)
+		"Connections a NetworkPolicy allowed to or from a pod of this node, by policy and direction; only where pod chains walk their policies (--walk-policies, or a namespace with flow logs).", []string{"namespace", "policy", "direction"}, nil)
+	descPodAllowed = prometheus.NewDesc("nftpolicy_pod_allowed_connections_total",
+		"Connections to or from an isolated pod of this node that its NetworkPolicies allowed, by pod and direction (the flat layout, which decides with one lookup, does not know which policy allowed).", []string{"namespace", "pod", "direction"}, nil)
 	descDenied = prometheus.NewDesc("nftpolicy_pod_denied_connections_total",
 		"Connections to or from an isolated pod of this node that no policy allowed, by pod and direction.", []string{"namespace", "pod", "direction"}, nil)
 	descCluster = prometheus.NewDesc("nftpolicy_cluster_policy_connections_total",
@@ -101,6 +103,7 @@ func (c *syncerCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.counters {
 		ch <- descAllowed
+		ch <- descPodAllowed
 		ch <- descDenied
 		ch <- descCluster
 	}
@@ -154,9 +157,12 @@ func (c *syncerCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descCluster, n, k.Policy, k.Tier, k.Direction, strconv.Itoa(k.Rule), k.Action)
 			continue
 		}
-		if k.Pod != "" {
+		switch {
+		case k.Pod != "" && k.Allowed:
+			counter(descPodAllowed, n, k.Namespace, k.Pod, k.Direction)
+		case k.Pod != "":
 			counter(descDenied, n, k.Namespace, k.Pod, k.Direction)
-		} else {
+		default:
 			counter(descAllowed, n, k.Namespace, k.Policy, k.Direction)
 		}
 	}
