@@ -85,8 +85,11 @@ spec:
 	// The bad one has no earlier version to keep: it stands in as a
 	// policy that isolates the pods it selects and allows nothing, so that
 	// a restart with a broken edit on disk does not open them.
+	// Its chain is in the table, and y's pods, which it selects, have
+	// ingress chains: they are isolated.
 	listing := testns.ListTable(t, ns, "nftpolicy")
-	if !strings.Contains(listing, "x/allow-from-y") || !strings.Contains(listing, "jump ingress-1300c8f0-y/bad-cidr") || strings.Contains(listing, "10.0.0.0") {
+	if !strings.Contains(listing, "x/allow-from-y") || !strings.Contains(listing, "chain ingress-1300c8f0-y/bad-cidr {") ||
+		!strings.Contains(listing, "chain ingress-pod-2e1a8a2b-y/a {") || strings.Contains(listing, "10.0.0.0") {
 		t.Errorf("good policies must be programmed and the bad one stand in, allowing nothing:\n%s", listing)
 	}
 }

@@ -42,7 +42,27 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 // one denied connection move exactly their series; the syncs, their
 // durations and the programmed table show; and a drift check that reads
 // the counted table back finds no drift in the counts.
+//
+// By default a pod chain counts what it allowed per pod; with
+// --walk-policies each policy counts what it allowed.
 func TestIntegrationMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		args                []string
+		allowed, allowedNot string
+	}{
+		{"per pod", nil,
+			`nftpolicy_pod_allowed_connections_total{direction="ingress",namespace="x",pod="a"}`,
+			`nftpolicy_pod_allowed_connections_total{direction="ingress",namespace="x",pod="b"}`},
+		{"per policy", []string{"--walk-policies"},
+			`nftpolicy_policy_allowed_connections_total{direction="ingress",namespace="x",policy="allow-y-80"}`,
+			`nftpolicy_policy_allowed_connections_total{direction="ingress",namespace="x",policy="deny-ingress"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testMetrics(t, tc.args, tc.allowed, tc.allowedNot) })
+	}
+}
+
+func testMetrics(t *testing.T, args []string, allowed, allowedNot string) {
 	c, node, dir := packetCluster(t)
 	writeFile(t, filepath.Join(dir, "deny.yaml"), denyIngressX)
 	writeFile(t, filepath.Join(dir, "allow.yaml"), allowYToXA80)
@@ -50,13 +70,11 @@ func TestIntegrationMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", node.NetnsName(), "--metrics-addr", addr)
+	d := startDaemon(t, append([]string{"--manifests", dir, "--node", "node-1", "--netns", node.NetnsName(), "--metrics-addr", addr}, args...)...)
 	d.waitGeneration(t, 0)
 	const (
-		allowed    = `nftpolicy_policy_allowed_connections_total{direction="ingress",namespace="x",policy="allow-y-80"}`
-		allowedNot = `nftpolicy_policy_allowed_connections_total{direction="ingress",namespace="x",policy="deny-ingress"}`
-		deniedA    = `nftpolicy_pod_denied_connections_total{direction="ingress",namespace="x",pod="a"}`
-		deniedB    = `nftpolicy_pod_denied_connections_total{direction="ingress",namespace="x",pod="b"}`
+		deniedA = `nftpolicy_pod_denied_connections_total{direction="ingress",namespace="x",pod="a"}`
+		deniedB = `nftpolicy_pod_denied_connections_total{direction="ingress",namespace="x",pod="b"}`
 	)
 	before := scrape(t, addr)
 	for _, s := range []string{allowed, allowedNot, deniedA, deniedB} {
