@@ -175,18 +175,26 @@ func sortedKeys(m map[string]bool) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// unionKey is the peer key of the union of the peer lists keys: a peer
-// key is its peers one after another, so the union of lists is the list
-// of their peers, whose key is theirs one after another. A union of
-// several is marked as one (no peer list's key starts so), since its
+// unionKey is the peer key of the union of the peer lists keys. A union
+// of several is marked as one (no peer list's key starts so), since its
 // sets are merged from its parts' (mergeUnion) while a list's are
 // computed from the pods, and a rule whose peers are those of two lists
 // would otherwise share its sets.
+//
+// Its parts are written with their lengths: the union of lists "A;B;" and
+// "C;" and that of "A;" and "B;C;" are the same peers but not the same
+// parts, and the union holds its parts (acquireUnion), so two part lists
+// must never share a key (the hostile review found them sharing one).
 func unionKey(keys []string) string {
 	if len(keys) == 1 {
 		return keys[0]
 	}
-	return unionPrefix + strings.Join(keys, "")
+	var b strings.Builder
+	b.WriteString(unionPrefix)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%d:%s", len(k), k)
+	}
+	return b.String()
 }
 
 const unionPrefix = "union:"

@@ -204,3 +204,22 @@ func TestMergeRanges(t *testing.T) {
 		}
 	}
 }
+
+// Two unions whose parts differ but whose peers read alike ("A;B;" with
+// "C;" and "A;" with "B;C;") are two unions: each holds its own parts, so
+// the table after any of them goes is the one compiled afresh (the
+// hostile review had them share one, which released the other's parts
+// and left rules matching against sets the table no longer held).
+func TestUnionsOfDifferentPartsAreDistinct(t *testing.T) {
+	x, y, z := ipBlock("10.1.0.0/16"), ipBlock("10.2.0.0/16"), ipBlock("10.3.0.0/16")
+	p1 := policy("x", "p1", selecting("a"), ingressRule(peers(x)))
+	p2 := policy("x", "p2", selecting("a"), ingressRule(peers(y, z)))
+	p3 := policy("x", "p3", selecting("b"), ingressRule(peers(x, y)))
+	p4 := policy("x", "p4", selecting("b"), ingressRule(peers(z)))
+	opts := Options{Node: testNode}
+	inc := NewCompiler(opts)
+	var prev *nft.Table
+	for i, snap := range []*k8s.Snapshot{cluster(p1, p2, p3, p4), cluster(p1, p2, p4), cluster(p1, p4), cluster(p1)} {
+		prev = checkIncremental(t, inc, opts, prev, snap, DefaultPriority, fmt.Sprintf("step %d", i))
+	}
+}

@@ -214,6 +214,9 @@ func (c *Compiler) syncPods(pods []*k8s.Pod, quarantine []ktypes.NamespacedName,
 	c.quarantined = quarantined
 	for _, k := range c.syncUnsettled(unsettled) {
 		requarantined = addKey(requarantined, k)
+		// Its pod chains read whether it is unsettled (selfRules), even
+		// where its view, and so its claim, stay the same.
+		ch.podChainNS[k.namespace] = true
 	}
 	// A pod whose addresses nobody else claims, before or after, is
 	// brought to its view at once. Where an address is contested, the

@@ -300,3 +300,22 @@ func TestCompileUnsettledPodHasNoSelfExemption(t *testing.T) {
 		}
 	}
 }
+
+// A quarantined pod that becomes unsettled at the same addresses, the
+// same object, loses its self-exemption at once: its view (and claim) is
+// the same, but its chains read whether it is unsettled (the hostile
+// review of issue 15 found them kept).
+func TestBecomingUnsettledRebuildsItsChains(t *testing.T) {
+	q := cluster()
+	q.Quarantined = []ktypes.NamespacedName{{Namespace: "x", Name: "a"}}
+	u := cluster()
+	u.Pods = q.Pods
+	u.Quarantined = q.Quarantined
+	v4, v6 := podIPs("x", "a")
+	u.Unsettled = []k8s.UnsettledPod{{Namespace: "x", Name: "a", Nodes: []string{testNode}, IPs: []string{v4.String(), v6.String()}}}
+	opts := Options{Node: testNode}
+	inc := NewCompiler(opts)
+	prev := checkIncremental(t, inc, opts, nil, q, DefaultPriority, "quarantined")
+	prev = checkIncremental(t, inc, opts, prev, u, DefaultPriority, "unsettled")
+	checkIncremental(t, inc, opts, prev, q, DefaultPriority, "quarantined again")
+}
