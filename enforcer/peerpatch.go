@@ -84,14 +84,9 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 		edit(ip, true)
 	}
 	for _, f := range families {
-		next, ok := elems[f]
-		if !ok || slices.Equal(next, e.sets[f].Elements) {
-			continue
+		if next, ok := elems[f]; ok {
+			c.setPeerElements(e, f, next)
 		}
-		s := *e.sets[f]
-		s.Elements = next
-		e.sets[f] = &s
-		c.putSet(&s)
 	}
 	return true
 }

@@ -231,20 +231,25 @@ func (c *Compiler) computePeers(e *peerSets) {
 	}
 	addrs, _ := all.IPSet() // only fails for invalid addresses, which pods never hold
 	for _, f := range families {
-		elems := rangesOf(addrs, f)
-		if old := e.sets[f]; old != nil && slices.Equal(old.Elements, elems) {
-			continue
-		}
-		s := &nft.Set{
-			Name:     c.peersSetName(e.key, f),
-			Comment:  peersComment(e.key),
-			Key:      addrKey(f),
-			Interval: true,
-			Elements: elems,
-		}
-		e.sets[f] = s
-		c.putSet(s)
+		c.setPeerElements(e, f, rangesOf(addrs, f))
 	}
+}
+
+// setPeerElements makes elems the ranges of e's set of family f: a new
+// set in the table, unless they are what it holds.
+func (c *Compiler) setPeerElements(e *peerSets, f nft.IPFamily, elems []nft.Element) {
+	if old := e.sets[f]; old != nil && slices.Equal(old.Elements, elems) {
+		return
+	}
+	s := &nft.Set{
+		Name:     c.peersSetName(e.key, f),
+		Comment:  peersComment(e.key),
+		Key:      addrKey(f),
+		Interval: true,
+		Elements: elems,
+	}
+	e.sets[f] = s
+	c.putSet(s)
 }
 
 // selectPods returns the pods a selector peer names: podSelector alone
@@ -377,14 +382,9 @@ func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
 			from = append(from, part.sets[f])
 		}
 		e.built[f] = from
-		next, ok := elems[f]
-		if !ok || slices.Equal(next, e.sets[f].Elements) {
-			continue
+		if next, ok := elems[f]; ok {
+			c.setPeerElements(e, f, next)
 		}
-		s := *e.sets[f]
-		s.Elements = next
-		e.sets[f] = &s
-		c.putSet(&s)
 	}
 }
 
@@ -427,18 +427,7 @@ func (c *Compiler) mergeUnion(e *peerSets) {
 		if len(lists) == 1 {
 			merged = lists[0]
 		}
-		if old := e.sets[f]; old != nil && slices.Equal(old.Elements, merged) {
-			continue
-		}
-		s := &nft.Set{
-			Name:     c.peersSetName(e.key, f),
-			Comment:  peersComment(e.key),
-			Key:      addrKey(f),
-			Interval: true,
-			Elements: merged,
-		}
-		e.sets[f] = s
-		c.putSet(s)
+		c.setPeerElements(e, f, merged)
 	}
 }
 
