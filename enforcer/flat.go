@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	networkingv1 "k8s.io/api/networking/v1"
-
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -28,9 +26,8 @@ import (
 // A flatRule is one port entry of one rule of a policy, as the flat stage
 // reads it.
 type flatRule struct {
-	rule  int    // index in spec.ingress or spec.egress
-	key   string // peerKey of its peers; "" for every address (no peers)
-	peers []networkingv1.NetworkPolicyPeer
+	key    string       // peerKey of its peers; "" for every address (no peers)
+	parsed *parsedPeers // its peers, as its policy's chain reads them
 	// proto 0: every protocol and port (a rule without ports); otherwise
 	// the ports first-last of proto, or, with named, the container ports
 	// of that name and protocol.
@@ -51,7 +48,7 @@ const maxExpanded = 64
 type fragment struct {
 	proto       nft.Proto
 	first, last uint16
-	keys        []string
+	keys        []string // nil when all
 	all         bool
 }
 
@@ -64,12 +61,9 @@ type flatPlan struct {
 	anyAll  bool
 	anyKeys []string
 	// named are egress rules on named ports: the port depends on the
-	// destination, so each is a rule of its own (see flatPodRules).
+	// destination, so each is a rule of its own (see flatRules).
 	named []namedCheck
-	peers map[string][]networkingv1.NetworkPolicyPeer // by key
-	// ns is the namespace the peer lists are read in: every policy
-	// selecting a pod is in the pod's namespace.
-	ns string
+	peers map[string]*parsedPeers // by key
 }
 
 type namedCheck struct {
@@ -80,11 +74,10 @@ type namedCheck struct {
 // planFlat folds the rules of policies (those selecting pd for d) into a
 // flatPlan. Ingress named ports resolve on pd's own container ports.
 func planFlat(pd *pod, d direction, policies []*policyState) *flatPlan {
-	plan := &flatPlan{peers: map[string][]networkingv1.NetworkPolicyPeer{}, ns: pd.namespace}
+	plan := &flatPlan{peers: map[string]*parsedPeers{}}
 	type span struct {
 		first, last uint16
-		key         string
-		all         bool
+		key         string // "" for every address
 	}
 	spans := map[nft.Proto][]span{}
 	anyKeys := map[string]bool{}
@@ -92,7 +85,7 @@ func planFlat(pd *pod, d direction, policies []*policyState) *flatPlan {
 	for _, p := range policies {
 		for _, r := range p.flat[d.name] {
 			if r.key != "" {
-				plan.peers[r.key] = r.peers
+				plan.peers[r.key] = r.parsed
 			}
 			switch {
 			case r.proto == 0:
@@ -107,13 +100,13 @@ func planFlat(pd *pod, d direction, policies []*policyState) *flatPlan {
 				for _, cp := range pd.ports {
 					if cp.Name == r.named && protoName(cp.Protocol) == r.proto {
 						port := uint16(cp.ContainerPort)
-						spans[r.proto] = append(spans[r.proto], span{port, port, r.key, r.key == ""})
+						spans[r.proto] = append(spans[r.proto], span{port, port, r.key})
 					}
 				}
 			case r.last < r.first:
 				// An inverted range holds no port (the API refuses it).
 			default:
-				spans[r.proto] = append(spans[r.proto], span{r.first, r.last, r.key, r.key == ""})
+				spans[r.proto] = append(spans[r.proto], span{r.first, r.last, r.key})
 			}
 		}
 	}
@@ -143,14 +136,11 @@ func planFlat(pd *pod, d direction, policies []*policyState) *flatPlan {
 			all := false
 			for _, s := range ss {
 				if int(s.first) <= lo && hi <= int(s.last) {
-					if s.all {
-						all = true
-					} else {
-						keys[s.key] = true
-					}
+					all = all || s.key == ""
+					keys[s.key] = true
 				}
 			}
-			if !all && len(keys) == 0 {
+			if len(keys) == 0 {
 				continue
 			}
 			f := fragment{proto: proto, first: uint16(lo), last: uint16(hi), all: all}
@@ -199,15 +189,6 @@ func unionKey(keys []string) string {
 
 const unionPrefix = "union:"
 
-// unionPeers is the peer list unionKey(keys) names.
-func (plan *flatPlan) unionPeers(keys []string) []networkingv1.NetworkPolicyPeer {
-	var out []networkingv1.NetworkPolicyPeer
-	for _, k := range keys {
-		out = append(out, plan.peers[k]...)
-	}
-	return out
-}
-
 // A flatUse is what a flat pod chain holds while it is in the table: the
 // peer sets of the unions it asks about and the chains of its fragments.
 type flatUse struct {
@@ -251,6 +232,9 @@ func (c *Compiler) acquireAllowChain(d direction, plan *flatPlan, keys []string,
 			}
 		}
 		c.putChain("3\x00"+k, ch)
+		if all {
+			return &allowChain{chain: ch}
+		}
 		return &allowChain{chain: ch, key: ukey}
 	})
 	return ac.chain.Name
@@ -265,38 +249,29 @@ func (c *Compiler) releaseAllowChain(k string) {
 	}
 	c.dropChain(ac.chain.Name)
 	c.chainNames.release("allow\x00" + k)
-	if !strings.HasSuffix(k, "\x00all") {
+	if ac.key != "" {
 		c.releaseUnion(ac.key)
 	}
 }
 
-// acquireUnion holds the peer sets of the union of keys, built from the
-// plan's peer lists; use, if not nil, records it for release. A union of
-// several lists holds each of them too, and is merged from their sets.
+// acquireUnion holds the peer sets of the union of keys, each a peer list
+// of the plan; use, if not nil, records it for release. A union of several
+// lists holds each of them too, and is merged from their sets.
 func (c *Compiler) acquireUnion(plan *flatPlan, keys []string, ukey string, use *flatUse) {
-	parse := func(keys []string) *parsedPeers {
-		parsed, err := parsePeers(plan.ns, plan.unionPeers(keys))
-		if err != nil {
-			// Each list parsed alone when its policy was planned; their
-			// concatenation parses as they did.
-			panic(fmt.Sprintf("enforcer: union of parsed peer lists: %v", err))
-		}
-		return parsed
-	}
 	if use != nil {
 		use.peerKeys = append(use.peerKeys, ukey)
 	}
 	c.acquirePeersName(ukey)
 	if len(keys) == 1 {
-		c.acquirePeers(ukey, parse(keys))
+		c.acquirePeers(ukey, plan.peers[ukey])
 		return
 	}
 	for _, k := range keys {
 		c.acquirePeersName(k)
-		c.acquirePeers(k, parse([]string{k}))
+		c.acquirePeers(k, plan.peers[k])
 	}
 	c.peers.acquire(ukey, func() *peerSets {
-		e := &peerSets{key: ukey, parsed: parse(keys), sets: map[nft.IPFamily]*nft.Set{}, parts: keys, built: map[nft.IPFamily][]*nft.Set{}}
+		e := &peerSets{key: ukey, sets: map[nft.IPFamily]*nft.Set{}, parts: keys}
 		c.mergeUnion(e)
 		return e
 	})

@@ -137,7 +137,7 @@ func allTestPods() []string {
 // piece no rule covers is no fragment.
 func TestPlanFlatFragments(t *testing.T) {
 	mk := func(key string, first, last uint16) flatRule {
-		return flatRule{key: key, peers: peers(podPeer(key)), proto: nft.ProtoTCP, first: first, last: last}
+		return flatRule{key: key, proto: nft.ProtoTCP, first: first, last: last}
 	}
 	p := &policyState{flat: map[string][]flatRule{"ingress": {
 		mk("a;", 10, 20), mk("b;", 15, 30), mk("a;", 21, 25), mk("c;", 40, 40), {key: "", proto: nft.ProtoUDP, first: 53, last: 53},
@@ -166,8 +166,8 @@ func TestPlanFlatFragments(t *testing.T) {
 // it does not serve allows nothing.
 func TestPlanFlatNamedPorts(t *testing.T) {
 	p := &policyState{flat: map[string][]flatRule{"ingress": {
-		{key: "a;", peers: peers(podPeer("a")), proto: nft.ProtoTCP, named: "web"},
-		{key: "b;", peers: peers(podPeer("b")), proto: nft.ProtoTCP, named: "nope"},
+		{key: "a;", proto: nft.ProtoTCP, named: "web"},
+		{key: "b;", proto: nft.ProtoTCP, named: "nope"},
 	}}}
 	pd := &pod{namespace: "x", ports: []corev1.ContainerPort{{Name: "web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "web", ContainerPort: 9090, Protocol: corev1.ProtocolUDP}}}
 	plan := planFlat(pd, ingress, []*policyState{p})

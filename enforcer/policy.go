@@ -342,14 +342,14 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 				}
 				use := portUse{name: port.Port.StrVal, proto: proto, ingress: d == ingress}
 				p.portUses = append(p.portUses, use)
-				p.flat[d.name] = append(p.flat[d.name], flatRule{rule: i, key: key, peers: r.peers, proto: proto, named: use.name})
+				p.flat[d.name] = append(p.flat[d.name], flatRule{key: key, parsed: parsed, proto: proto, named: use.name})
 				for _, f := range families {
 					exprs := append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(use, f)})
 					add(nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
 				}
 				continue
 			}
-			fr := flatRule{rule: i, key: key, peers: r.peers, proto: proto, last: 65535}
+			fr := flatRule{key: key, parsed: parsed, proto: proto, last: 65535}
 			if port.Port != nil {
 				fr.first = uint16(port.Port.IntVal)
 				fr.last = fr.first

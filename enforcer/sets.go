@@ -167,11 +167,10 @@ type peerSets struct {
 	// naming a third of 150k pods. nil until counted.
 	dups map[netip.Addr]int32
 	// parts, for a union of peer lists (flat.go), are the keys of the
-	// lists it unions: its sets are their sets merged (mergeUnion), not
-	// computed from the pods, and built holds the parts' sets it was last
-	// merged from.
+	// lists it unions: its sets are their sets merged (mergeUnion) or
+	// patched with them (patchUnion), never computed from the pods, so it
+	// has no parsed peers and no dups.
 	parts []string
-	built map[nft.IPFamily][]*nft.Set
 }
 
 func (c *Compiler) acquirePeers(key string, parsed *parsedPeers) {
@@ -344,7 +343,12 @@ func mergeRanges(a, b []nft.Element) []nft.Element {
 // alone: an address of a changed pod is in the union when it is in one
 // of the parts, which are up to date.
 func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
-	elems := map[nft.IPFamily][]nft.Element{}
+	elems := map[nft.IPFamily][]nft.Element{} // a copy of a set's ranges, once edited
+	inParts := func(ip netip.Addr) bool {
+		return slices.ContainsFunc(c.unionParts(e), func(part *peerSets) bool {
+			return inRangeElements(part.sets[nft.FamilyOf(ip)].Elements, ip)
+		})
+	}
 	for _, changed := range ch.pods {
 		for _, pc := range changed {
 			for _, pd := range []*pod{pc.old, pc.new} {
@@ -353,64 +357,54 @@ func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
 				}
 				for _, ip := range pd.ips {
 					f := nft.FamilyOf(ip)
-					cur, ok := elems[f]
-					if !ok {
+					cur, copied := elems[f]
+					if !copied {
 						cur = e.sets[f].Elements
 					}
-					want := false
-					for _, k := range e.parts {
-						part, _ := c.peers.get(k)
-						if inRangeElements(part.sets[f].Elements, ip) {
-							want = true
-							break
+					if want := inParts(ip); want != inRangeElements(cur, ip) {
+						if !copied {
+							cur = slices.Clone(cur) // the table's set is never edited
 						}
-					}
-					switch have := inRangeElements(cur, ip); {
-					case want && !have:
-						elems[f] = addAddr(slices.Clone(cur), ip)
-					case !want && have:
-						elems[f] = removeAddr(slices.Clone(cur), ip)
+						if want {
+							elems[f] = addAddr(cur, ip)
+						} else {
+							elems[f] = removeAddr(cur, ip)
+						}
 					}
 				}
 			}
 		}
 	}
-	for _, f := range families {
-		var from []*nft.Set
-		for _, k := range e.parts {
-			part, _ := c.peers.get(k)
-			from = append(from, part.sets[f])
-		}
-		e.built[f] = from
-		if next, ok := elems[f]; ok {
-			c.setPeerElements(e, f, next)
-		}
+	for f, next := range elems {
+		c.setPeerElements(e, f, next)
 	}
 }
 
-// mergeUnion (re)builds the sets of a union from its parts' sets, if any
-// of those changed since: the ranges of all of them, merged. A union of
-// many lists (every namespace selector of a pod's policies) would cost as
-// much as all of them again, computed from the pods.
+// unionParts are the peer sets of a union's parts, which it holds.
+func (c *Compiler) unionParts(e *peerSets) []*peerSets {
+	parts := make([]*peerSets, len(e.parts))
+	for i, k := range e.parts {
+		part, ok := c.peers.get(k)
+		if !ok {
+			panic("enforcer: a union's part is not held: " + k)
+		}
+		parts[i] = part
+	}
+	return parts
+}
+
+// mergeUnion (re)builds the sets of a union from its parts' sets: the
+// ranges of all of them, merged. A union of many lists (every namespace
+// selector of a pod's policies) would cost as much as all of them again,
+// computed from the pods.
 func (c *Compiler) mergeUnion(e *peerSets) {
+	parts := c.unionParts(e)
 	for _, f := range families {
-		var from []*nft.Set
-		for _, k := range e.parts {
-			part, ok := c.peers.get(k)
-			if !ok {
-				panic("enforcer: a union's part is not held: " + k)
-			}
-			from = append(from, part.sets[f])
-		}
-		if e.sets[f] != nil && slices.Equal(from, e.built[f]) {
-			continue
-		}
-		e.built[f] = from
 		// Each part is sorted and merged already: merge them two by two,
 		// each step linear, rather than sort them all again.
-		lists := make([][]nft.Element, len(from))
-		for i, s := range from {
-			lists[i] = s.Elements
+		lists := make([][]nft.Element, len(parts))
+		for i, part := range parts {
+			lists[i] = part.sets[f].Elements
 		}
 		for len(lists) > 1 {
 			next := lists[:0:0]
@@ -423,11 +417,7 @@ func (c *Compiler) mergeUnion(e *peerSets) {
 			}
 			lists = next
 		}
-		var merged []nft.Element
-		if len(lists) == 1 {
-			merged = lists[0]
-		}
-		c.setPeerElements(e, f, merged)
+		c.setPeerElements(e, f, lists[0]) // a union has two parts or more
 	}
 }
 
