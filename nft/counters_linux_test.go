@@ -23,15 +23,7 @@ func countedTable() *Table {
 
 func TestKernelCounterMatchesNft(t *testing.T) {
 	table := countedTable()
-	got := testns.AssertSameAsNft(t, table.Name, func(netns string) error {
-		c, err := Open(netns)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Apply(table)
-		return err
-	}, Render(table))
+	got := testns.AssertSameAsNft(t, table.Name, applyIn(table), Render(table))
 	if n := strings.Count(got, "counter packets 0 bytes 0"); n != 2 {
 		t.Errorf("%d counters listed, want 2:\n%s", n, got)
 	}

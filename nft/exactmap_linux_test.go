@@ -30,15 +30,7 @@ func TestKernelExactMapListing(t *testing.T) {
 	table.Name = "nftpolicy"
 	table.Chains[0].Rules = table.Chains[0].Rules[:2]
 	table.Chains[1].Rules = []Rule{{Exprs: []Expr{Verdict{Kind: Return}}}}
-	listing := testns.AssertSameAsNft(t, table.Name, func(netns string) error {
-		c, err := Open(netns)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Apply(table)
-		return err
-	}, Render(table))
+	listing := testns.AssertSameAsNft(t, table.Name, applyIn(table), Render(table))
 	rendered := Render(table)
 	rendered = rendered[strings.Index(rendered, "\ntable inet")+1:] // without add and delete table
 	if got, want := sortedLines(listing), sortedLines(rendered); got != want {

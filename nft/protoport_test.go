@@ -115,22 +115,28 @@ func TestTraceProtoPortVmap(t *testing.T) {
 		{"ipv6 icmp, any checksum", Packet{Src: a("fd00:9::1"), Dst: a("fd00::1"), Proto: ProtoICMPv6, Dport: 0xbeef}, Drop, 0},
 		{"ipv6 saddr is not looked up", Packet{Src: a("fd00::1"), Dst: a("fd00:9::1"), Proto: ProtoICMPv6}, Accept, 0x1},
 	} {
-		// The element order is no order of precedence: shuffled, the
-		// answer is the same.
-		for i := range 3 {
-			table := protoPortTable()
-			if i > 0 {
-				for _, s := range table.Sets {
-					rand.Shuffle(len(s.Elements), func(i, j int) { s.Elements[i], s.Elements[j] = s.Elements[j], s.Elements[i] })
-				}
+		checkTraceShuffled(t, protoPortTable, tc.name, tc.p, tc.want, tc.mark)
+	}
+}
+
+// checkTraceShuffled traces p through the table build returns, and
+// through two copies with every set's elements shuffled: element order is
+// no order of precedence, in an interval map or an exact one.
+func checkTraceShuffled(t *testing.T, build func() *Table, name string, p Packet, want VerdictKind, mark uint32) {
+	t.Helper()
+	for i := range 3 {
+		table := build()
+		if i > 0 {
+			for _, s := range table.Sets {
+				rand.Shuffle(len(s.Elements), func(i, j int) { s.Elements[i], s.Elements[j] = s.Elements[j], s.Elements[i] })
 			}
-			got, err := Trace(table, "filter-forward", tc.p)
-			if err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
-			}
-			if got.Verdict != tc.want || got.Mark != tc.mark {
-				t.Errorf("%s: %s with mark %#x, want %s with mark %#x; path %q", tc.name, got.Verdict, got.Mark, tc.want, tc.mark, got.Path)
-			}
+		}
+		got, err := Trace(table, "filter-forward", p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got.Verdict != want || got.Mark != mark {
+			t.Errorf("%s: %s with mark %#x, want %s with mark %#x; path %q", name, got.Verdict, got.Mark, want, mark, got.Path)
 		}
 	}
 }

@@ -10,9 +10,10 @@ import (
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
 
-func TestKernelApplyMatchesNft(t *testing.T) {
-	table := sampleTable()
-	testns.AssertSameAsNft(t, table.Name, func(netns string) error {
+// applyIn is what testns.AssertSameAsNft runs to load table: Apply it in
+// the namespace it is given.
+func applyIn(table *Table) func(netns string) error {
+	return func(netns string) error {
 		c, err := Open(netns)
 		if err != nil {
 			return err
@@ -20,7 +21,12 @@ func TestKernelApplyMatchesNft(t *testing.T) {
 		defer c.Close()
 		_, err = c.Apply(table)
 		return err
-	}, Render(table))
+	}
+}
+
+func TestKernelApplyMatchesNft(t *testing.T) {
+	table := sampleTable()
+	testns.AssertSameAsNft(t, table.Name, applyIn(table), Render(table))
 }
 
 func TestKernelApplyReplacesAtomically(t *testing.T) {
