@@ -41,7 +41,12 @@
 // compared, round by round, with the variant it extends (for cluster
 // policies: the 1k-policy table without them, "no-cnp").
 //
-// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2] [-cnp=false | -cnp-only] [-k=false | -k-only]
+// To try a layout before building it: -dump DIR writes every compiled
+// table as nft prints it; edit one by hand and measure it with
+// -load name=file (repeatable), loaded with nft -f in the node and
+// compared round by round with no-cnp.
+//
+// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2] [-cnp=false | -cnp-only] [-k=false | -k-only] [-dump DIR] [-load name=file]
 package main
 
 import (
@@ -88,6 +93,15 @@ func run() int {
 	cnpOnly := flag.Bool("cnp-only", false, "measure only none, conntrack-only, 1k policies and the ClusterNetworkPolicy variants")
 	withK := flag.Bool("k", true, "also measure the receiver selected by K = 1, 10 and 100 policies")
 	kOnly := flag.Bool("k-only", false, "measure only none, conntrack-only and the K variants")
+	var loads []string
+	flag.Func("load", "name=file: also measure the ruleset in file (nft -f, e.g. a -dump edited by hand), against the 1k-policy table; repeatable", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("want name=file, got %q", v)
+		}
+		loads = append(loads, v)
+		return nil
+	})
+	dumpDir := flag.String("dump", "", "write each compiled table, as nft list prints it, to this directory (one file per variant's cluster-policy kind)")
 	flag.Parse()
 	if *kOnly {
 		*cnpOnly, *withCNP, *withK = false, false, true
@@ -136,6 +150,12 @@ func run() int {
 		table, problems := enforcer.Compile(snap, opts)
 		if len(problems) > 0 {
 			fmt.Fprintln(os.Stderr, "compile:", problems)
+		}
+		if *dumpDir != "" {
+			name := fmt.Sprintf("%s/%s-walk=%v-counters=%v-flowlog=%v.nft", *dumpDir, cnps, walk, counters, flowLog)
+			if err := os.WriteFile(name, []byte(nft.Render(table)), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
 		}
 		if cnps != noCNP && len(problems) == 0 {
 			stats := tierStats(table)
@@ -188,6 +208,18 @@ func run() int {
 			variant{"nftpolicy 10k policies", withPolicies(100, 100, false, false, noCNP), ""},
 			variant{"10k policies +counters", withPolicies(100, 100, true, false, noCNP), "nftpolicy 10k policies"},
 			variant{"10k policies +flow log", withPolicies(100, 100, true, true, noCNP), "10k policies +counters"})
+	}
+	for _, l := range loads {
+		name, file, _ := strings.Cut(l, "=")
+		variants = append(variants, variant{name, func() error {
+			if err := clear(); err != nil {
+				return err
+			}
+			if out, err := n.Exec("nft", "-f", file); err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		}, noCNPVariant})
 	}
 kVariants:
 	if *withK && !*cnpOnly {
