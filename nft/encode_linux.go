@@ -122,6 +122,18 @@ func encodeList(s *Set, elems []Element) ([]nftables.SetElement, error) {
 				KeyEnd:      protoPortKey(r.To(), p1, q1),
 				VerdictData: &expr.Verdict{Kind: kind, Chain: e.Verdict.Chain},
 			})
+		case s.Verdict && s.Interval:
+			// As nft encodes `10.0.0.0-10.0.0.9 : goto c`: the start
+			// element holds the verdict, the end element none.
+			kind, err := verdictKind(e.Verdict.Kind)
+			if err != nil {
+				return nil, fmt.Errorf("element %d: %w", i, err)
+			}
+			r := addrRangeOf(e)
+			out = append(out, nftables.SetElement{Key: addrBytes(r.From()), VerdictData: &expr.Verdict{Kind: kind, Chain: e.Verdict.Chain}})
+			if next := r.To().Next(); next.IsValid() {
+				out = append(out, nftables.SetElement{Key: addrBytes(next), IntervalEnd: true})
+			}
 		case s.Verdict:
 			kind, err := verdictKind(e.Verdict.Kind)
 			if err != nil {

@@ -91,6 +91,8 @@ func renderElement(s *Set, e Element) string {
 		return renderAddrRange(e) + " . " + renderProtoRange(e) + " . " + renderPortRange(e) + " : " + renderVerdict(e.Verdict)
 	case s.exactProtoPortMap():
 		return fmt.Sprintf("%s . %s . %d : %s", e.Addr, e.Proto, e.Port, renderVerdict(e.Verdict))
+	case s.Verdict && s.Interval:
+		return renderAddrRange(e) + " : " + renderVerdict(e.Verdict)
 	case s.Verdict:
 		return e.Addr.String() + " : " + renderVerdict(e.Verdict)
 	case s.Key.Concat():

@@ -106,7 +106,13 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			if s == nil {
 				return "", fmt.Errorf("trace: chain %s: no map %s", c.Name, e.Map)
 			}
-			i := slices.IndexFunc(s.Elements, func(el Element) bool { return el.Addr == tr.addr(e.Field) })
+			a := tr.addr(e.Field)
+			i := slices.IndexFunc(s.Elements, func(el Element) bool {
+				if s.Interval {
+					return addrRangeOf(el).Contains(a)
+				}
+				return el.Addr == a
+			})
 			switch {
 			case i < 0:
 				return "", nil // a miss ends the rule

@@ -11,8 +11,8 @@ import (
 
 // Validate checks what the encoder relies on and the kernel would refuse
 // (EEXIST, EINVAL) for the whole batch: a known key type; every address
-// valid and of the key's family; in an interval set, ranges that are
-// well-formed, sorted and do not overlap; elsewhere no key twice; in a
+// valid and of the key's family; in an interval set or address interval
+// verdict map, ranges that are well-formed, sorted and do not overlap; elsewhere no key twice; in a
 // verdict map, verdicts a map can hold. A set that fails is a compiler bug,
 // and is refused before anything is sent, naming the set and the element.
 //
@@ -38,7 +38,7 @@ func (s *Set) Validate() error {
 		}
 		return s.validateProtoPortMap()
 	}
-	if s.Interval && (s.Verdict || s.Key.Concat()) {
+	if s.Interval && s.Key.Concat() {
 		return fmt.Errorf("interval sets here hold plain addresses")
 	}
 	fam := s.Key.Family()
@@ -64,6 +64,11 @@ func (s *Set) Validate() error {
 				prev := addrRangeOf(s.Elements[i-1])
 				if !prev.To().Less(r.From()) {
 					return fmt.Errorf("element %d (%v) overlaps or precedes element %d (%v)", i, r, i-1, prev)
+				}
+			}
+			if s.Verdict {
+				if err := validVerdict(e.Verdict); err != nil {
+					return fmt.Errorf("element %d: %w", i, err)
 				}
 			}
 			continue

@@ -39,9 +39,18 @@ func TestSetValidate(t *testing.T) {
 		{"a jump without a chain", Set{Key: KeyIPv6, Verdict: true, Elements: []Element{{Addr: a("fd00::1"), Verdict: Verdict{Kind: Jump}}}}, "jump without a chain"},
 		{"a range outside an interval set", Set{Key: KeyIPv4, Elements: []Element{{Addr: a("10.0.0.1"), Last: a("10.0.0.2")}}}, "a range in a set without intervals"},
 		{"unknown key", Set{Key: 99}, "unknown key type"},
-		// The encoder writes a map's or a concatenation's elements without
-		// interval end elements: either with intervals is refused.
-		{"an interval map", Set{Key: KeyIPv4, Interval: true, Verdict: true}, "interval sets here hold plain addresses"},
+		// An address interval verdict map holds ranges as a set does, each
+		// with a verdict a map can hold.
+		{"an address interval map", Set{Key: KeyIPv4, Interval: true, Verdict: true, Elements: []Element{
+			{Addr: a("10.0.0.1"), Last: a("10.0.0.4"), Verdict: Verdict{Kind: Goto, Chain: "c"}},
+			{Addr: a("10.0.0.5"), Verdict: Verdict{Kind: Drop}}}}, ""},
+		{"an address interval map with overlapping ranges", Set{Key: KeyIPv4, Interval: true, Verdict: true, Elements: []Element{
+			{Addr: a("10.0.0.1"), Last: a("10.0.0.4"), Verdict: Verdict{Kind: Goto, Chain: "c"}},
+			{Addr: a("10.0.0.4"), Verdict: Verdict{Kind: Drop}}}}, "overlaps"},
+		{"an address interval map with a bad verdict", Set{Key: KeyIPv6, Interval: true, Verdict: true, Elements: []Element{
+			{Addr: a("fd00::1"), Last: a("fd00::4"), Verdict: Verdict{Kind: Goto}}}}, "without a chain"},
+		// The encoder writes a plain concatenation's elements without
+		// interval end elements: one with intervals is refused.
 		{"an interval concatenation", Set{Key: KeyIPv6ProtoPort, Interval: true}, "interval sets here hold plain addresses"},
 		{"a range of the other family", Set{Key: KeyIPv6, Interval: true, Elements: []Element{{Addr: a("fd00::1"), Last: a("10.0.0.1")}}}, "is not a range"},
 	} {
