@@ -2,10 +2,12 @@ package enforcer
 
 import (
 	"cmp"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go4.org/netipx"
@@ -45,10 +47,9 @@ type clusterPolicyState struct {
 	// labels match pods. Both nil: it selects nothing (a problem says why).
 	subjectNS, subjectPods labels.Selector
 
-	// rules: by direction name, the chain rules its spec compiles to, in
-	// the order they are judged; refs says which spec rule each one is.
-	rules map[string][]nft.Rule
-	refs  map[string][]ClusterRuleRef
+	// rules: by direction name, what its spec compiles to, in the order
+	// they are judged.
+	rules map[string][]tierRule
 
 	problems    []Problem // reported while active, as a NetworkPolicy's are
 	selProblems []Problem
@@ -61,6 +62,20 @@ type clusterPolicyState struct {
 	// may select but whose namespace's labels are not known (see
 	// mayBeSubject); origin is the policy a denyOnly is of.
 	denyOnly, origin *clusterPolicyState
+}
+
+// A tierRule is one rule of a policy in one direction: the chain rule
+// that matches protocol, port and verdict, and the peer it asks of the
+// peer address, which the tier's address classes decide (layoutGroup).
+type tierRule struct {
+	rule nft.Rule
+	// peer is the key of the peer sets the peer address must be in; ""
+	// for any address.
+	peer string
+	// family is the one family whose packets the rule judges (a named
+	// port's set is of one family); 0 for both.
+	family nft.IPFamily
+	ref    ClusterRuleRef // the spec rule it is
 }
 
 // groupName is what a tier chain's key and comment call the policy.
@@ -101,48 +116,97 @@ func clusterOrder(a, b *clusterPolicyState) int {
 }
 
 // A clusterGroup is the chain of one tier and direction for the pods of
-// this node that the same policies select: their rules in order, inline.
-// Pods selected alike share it, so a namespace-wide guardrail is one
-// chain, not one per pod.
+// this node that the same policies select: their rules in order. Pods
+// selected alike share it, so a namespace-wide guardrail is one chain,
+// not one per pod.
 //
-// It is one chain per family: a rule matching one family's peer set is
-// in that family's chain, one matching any address in both, so that a
-// packet walks the rules of its own family alone. A family without rules
-// has no chain.
+// It is one chain per family, entered by the packets of that family, and
+// laid out by the peer address (layoutGroup): the entry chain looks the
+// address up in the family's class map, which sends it to the chain of
+// its class, the rules whose peer may hold it, in order. A packet pays
+// one lookup per tier, however many rules and peers the tier has.
 type clusterGroup struct {
 	key     string
 	tier    string
 	dir     direction
 	members []*clusterPolicyState
-	chains  []*nft.Chain                // by family, as families lists them; nil for none
-	refs    map[string][]ClusterRuleRef // by chain name: the spec rule of each chain rule
-	accepts bool                        // some rule accepts: the pod chain checks our bit after it
+	accepts bool // some rule accepts: the pod chain checks our bit after it
+
+	// rules are the members' rules for each family, in order (nil for a
+	// family none judges); the layout follows from them and the peer
+	// sets.
+	rules [][]tierRule
+	// chains are the entry chains by family, as families lists them (nil
+	// for a family without rules); maps their class maps.
+	chains []*nft.Chain
+	maps   []*nft.Set
+	// classes are the class chains by name, and refs the spec rule of
+	// each of their rules.
+	classes map[string]*nft.Chain
+	refs    map[string][]ClusterRuleRef
+	laidOut bool
 }
 
-// enter is how a pod chain enters the group: a jump (or goto) to the
-// chain of each family, taken by the packets of that family.
-func (g *clusterGroup) enter(kind nft.VerdictKind, comment string) []nft.Rule {
+// enter is how the chain of pd enters the group: a jump (or goto) to the
+// chain of each family, taken by the packets of that family. A pod of one
+// family takes its family's alone, without asking: its chain is only
+// entered through its own addresses (the dispatch maps), so every packet
+// in it is of that family.
+func (g *clusterGroup) enter(kind nft.VerdictKind, comment string, pd *pod) []nft.Rule {
+	own := podFamilies(pd)
 	var out []nft.Rule
 	for i, f := range families {
-		if ch := g.chains[i]; ch != nil {
-			out = append(out, nft.Rule{Exprs: []nft.Expr{nft.NfprotoEq{Family: f}, nft.Verdict{Kind: kind, Chain: ch.Name}}, Comment: comment})
+		ch := g.chains[i]
+		if ch == nil || (len(own) == 1 && own[0] != f) {
+			continue
+		}
+		r := nft.Rule{Exprs: []nft.Expr{nft.NfprotoEq{Family: f}, nft.Verdict{Kind: kind, Chain: ch.Name}}, Comment: comment}
+		if len(own) == 1 {
+			r.Exprs = r.Exprs[1:]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// podFamilies are the families of pd's addresses, in families' order.
+func podFamilies(pd *pod) []nft.IPFamily {
+	var out []nft.IPFamily
+	for _, f := range families {
+		if slices.ContainsFunc(pd.ips, func(ip netip.Addr) bool { return nft.FamilyOf(ip) == f }) {
+			out = append(out, f)
 		}
 	}
 	return out
 }
 
-// ruleFamily is the family of a tier rule's peer or named-port set; ok is
-// false for a rule that matches any address.
-func ruleFamily(r nft.Rule) (f nft.IPFamily, ok bool) {
-	for _, e := range r.Exprs {
-		switch e := e.(type) {
-		case nft.AddrInSet:
-			return e.Family, true
-		case nft.AddrProtoPortInSet:
-			return e.Family, true
+// reads reports whether the group's layout reads one of the peer sets
+// whose keys changed.
+func (g *clusterGroup) reads(changed map[string]bool) bool {
+	for _, rules := range g.rules {
+		for _, r := range rules {
+			if r.peer != "" && changed[r.peer] {
+				return true
+			}
 		}
 	}
-	return 0, false
+	return false
+}
+
+// classOf is the class chain that judges a packet of family f whose peer
+// address is addr ("" when no rule of the group may match it): what the
+// class map holds, read as the kernel reads it.
+func (g *clusterGroup) classOf(f nft.IPFamily, addr netip.Addr) string {
+	i := slices.Index(families, f)
+	if i < 0 || g.maps[i] == nil {
+		return ""
+	}
+	elems := g.maps[i].Elements
+	j, _ := slices.BinarySearchFunc(elems, addr, func(el nft.Element, a netip.Addr) int { return lastOf(el).Compare(a) })
+	if j < len(elems) && elems[j].Addr.Compare(addr) <= 0 {
+		return elems[j].Verdict.Chain
+	}
+	return ""
 }
 
 // podTiers are the groups a pod of this node is judged by in one direction.
@@ -174,7 +238,7 @@ func (c *Compiler) syncClusterPolicies(cnps []*policyv1beta1.ClusterNetworkPolic
 
 // planClusterPolicy builds what follows from a policy's spec.
 func (c *Compiler) planClusterPolicy(cnp *policyv1beta1.ClusterNetworkPolicy) *clusterPolicyState {
-	p := &clusterPolicyState{name: cnp.Name, cnp: cnp, rules: map[string][]nft.Rule{}, refs: map[string][]ClusterRuleRef{}}
+	p := &clusterPolicyState{name: cnp.Name, cnp: cnp, rules: map[string][]tierRule{}}
 	obj := clusterPolicyObject(cnp.Name)
 	switch cnp.Spec.Tier {
 	case policyv1beta1.AdminTier:
@@ -207,12 +271,11 @@ func (c *Compiler) planClusterPolicy(cnp *policyv1beta1.ClusterNetworkPolicy) *c
 		c.clusterRules(p, d)
 	}
 	p.denyOnly = &clusterPolicyState{name: p.name, cnp: cnp, tier: p.tier, subjectNS: p.subjectNS, subjectPods: p.subjectPods,
-		rules: map[string][]nft.Rule{}, refs: map[string][]ClusterRuleRef{}, origin: p}
+		rules: map[string][]tierRule{}, origin: p}
 	for _, d := range directions {
-		for i, ref := range p.refs[d.name] {
-			if ref.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny) {
-				p.denyOnly.rules[d.name] = append(p.denyOnly.rules[d.name], p.rules[d.name][i])
-				p.denyOnly.refs[d.name] = append(p.denyOnly.refs[d.name], ref)
+		for _, r := range p.rules[d.name] {
+			if r.ref.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny) {
+				p.denyOnly.rules[d.name] = append(p.denyOnly.rules[d.name], r)
 			}
 		}
 	}
@@ -301,9 +364,8 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 		comment = truncateComment(comment)
 		denyAll := func(why string) {
 			problem(fmt.Errorf("%s: %s (rule denies all, failing closed)", where, why))
-			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: slices.Clone(deny), Comment: comment})
 			ref.Action = string(policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
-			p.refs[d.name] = append(p.refs[d.name], ref)
+			p.rules[d.name] = append(p.rules[d.name], tierRule{rule: nft.Rule{Exprs: slices.Clone(deny), Comment: comment}, ref: ref})
 		}
 		var verdict []nft.Expr
 		switch r.action {
@@ -319,9 +381,9 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 			continue
 		}
 		isAccept := r.action == policyv1beta1.ClusterNetworkPolicyRuleActionAccept
-		add := func(exprs []nft.Expr) {
-			p.rules[d.name] = append(p.rules[d.name], nft.Rule{Exprs: append(exprs, verdict...), Comment: comment})
-			p.refs[d.name] = append(p.refs[d.name], ref)
+		add := func(exprs []nft.Expr, peer string, f nft.IPFamily) {
+			r := nft.Rule{Exprs: append(exprs, verdict...), Comment: comment}
+			p.rules[d.name] = append(p.rules[d.name], tierRule{rule: r, peer: peer, family: f, ref: ref})
 		}
 
 		parsed, key, unknown, err := c.parseClusterPeers(r.peers, d, r.action == policyv1beta1.ClusterNetworkPolicyRuleActionDeny)
@@ -413,35 +475,23 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 			ports = []portMatch{{}}
 		}
 
-		usedPeers := false
-		matchPeer := func(f nft.IPFamily) []nft.Expr {
-			if parsed.all {
-				return nil
-			}
-			if !usedPeers {
-				usedPeers = true
-				p.peerUses = append(p.peerUses, peerUse{key: key, parsed: parsed})
-				c.acquirePeersName(key)
-			}
-			return []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(key, f)}}
+		// The peer is asked by the tier's address classes, not by the
+		// rule; its sets are kept (and in the table) for them to read.
+		peer := ""
+		if !parsed.all {
+			peer = key
+			p.peerUses = append(p.peerUses, peerUse{key: key, parsed: parsed})
+			c.acquirePeersName(key)
 		}
 		for _, pm := range ports {
 			if pm.named != nil {
 				p.portUses = append(p.portUses, *pm.named)
 				for _, f := range families {
-					add(append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(*pm.named, f)}))
+					add([]nft.Expr{nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(*pm.named, f)}}, peer, f)
 				}
 				continue
 			}
-			if parsed.all {
-				add(slices.Clone(pm.exprs))
-				continue
-			}
-			for _, f := range families {
-				// Protocol and port first: two comparisons that fail
-				// most packets cost less than the set lookup.
-				add(append(slices.Clone(pm.exprs), matchPeer(f)...))
-			}
+			add(slices.Clone(pm.exprs), peer, 0)
 		}
 	}
 }
@@ -570,9 +620,22 @@ func (c *Compiler) mayBeSubject(p *clusterPolicyState, pd *pod) bool {
 // among this node's pods when a policy, a pod of this node or a namespace
 // changed, and brings the tier chains and the policies' sets in step.
 func (c *Compiler) refreshCluster(ch *changes) {
-	if !ch.cluster && !ch.localPods && len(ch.namespaces) == 0 {
-		return
+	if ch.cluster || ch.localPods || len(ch.namespaces) > 0 {
+		c.reselectCluster(ch)
 	}
+	// Then the layouts: of each new group, and of each whose peer sets
+	// changed (a pod came or went anywhere in the cluster).
+	for _, g := range c.groups {
+		if !g.laidOut || g.reads(c.changedPeers) {
+			c.layoutGroup(g)
+		}
+	}
+	clear(c.changedPeers)
+}
+
+// reselectCluster is refreshCluster's re-selection: the groups each pod
+// of this node is judged by, and the sets of the policies now in use.
+func (c *Compiler) reselectCluster(ch *changes) {
 	ordered := slices.SortedFunc(maps.Values(c.cluster), clusterOrder)
 	want := map[string]*clusterGroup{}
 	tiers := map[podChainKey]podTiers{}
@@ -625,24 +688,14 @@ func (c *Compiler) refreshCluster(ch *changes) {
 			c.deactivateCluster(p)
 		}
 	}
+	// A group that goes takes its chains and maps with it; one that
+	// comes is laid out by refreshCluster, after (the same key may come
+	// back with other members, and its chains under the same names).
 	for key, g := range c.groups {
 		if want[key] != g {
-			for _, ch := range g.chains {
-				if ch != nil {
-					c.dropChain(ch.Name)
-				}
-			}
+			c.dropGroup(g)
 			if want[key] == nil {
 				c.chainNames.release(key)
-			}
-		}
-	}
-	for key, g := range want {
-		if c.groups[key] != g {
-			for _, ch := range g.chains {
-				if ch != nil {
-					c.putChain(clusterSortKey(g)+ch.Name, ch)
-				}
 			}
 		}
 	}
@@ -661,7 +714,9 @@ func (c *Compiler) refreshCluster(ch *changes) {
 }
 
 // clusterGroupFor returns the group of tier and d for members, reusing
-// the previous call's when its members are the same states.
+// the previous call's when its members are the same states. A new group
+// is not laid out yet (refreshCluster does, once the sets it reads are
+// in use).
 func (c *Compiler) clusterGroupFor(want map[string]*clusterGroup, tier string, d direction, members []*clusterPolicyState) *clusterGroup {
 	names := make([]string, len(members))
 	for i, m := range members {
@@ -678,35 +733,248 @@ func (c *Compiler) clusterGroupFor(want map[string]*clusterGroup, tier string, d
 	if c.groups[key] == nil {
 		c.chainNames.acquire(key, func(hash string) string { return tier + "-" + d.name + "-" + hash })
 	}
-	g := &clusterGroup{key: key, tier: tier, dir: d, members: members, chains: make([]*nft.Chain, len(families)), refs: map[string][]ClusterRuleRef{}}
+	n := len(families)
+	g := &clusterGroup{key: key, tier: tier, dir: d, members: members,
+		rules: make([][]tierRule, n), chains: make([]*nft.Chain, n), maps: make([]*nft.Set, n),
+		classes: map[string]*nft.Chain{}, refs: map[string][]ClusterRuleRef{}}
 	base := c.chainNames.name(key)
 	for i, f := range families {
-		ch := &nft.Chain{Name: base + "-" + familySuffix(f)}
-		var refs []ClusterRuleRef
 		for _, m := range members {
-			for j, r := range m.rules[d.name] {
-				if rf, ok := ruleFamily(r); ok && rf != f {
-					continue
+			for _, r := range m.rules[d.name] {
+				if r.family == 0 || r.family == f {
+					g.rules[i] = append(g.rules[i], r)
+					g.accepts = g.accepts || r.ref.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionAccept)
 				}
-				ch.Rules = append(ch.Rules, r)
-				refs = append(refs, m.refs[d.name][j])
 			}
 		}
-		if len(ch.Rules) == 0 {
+		if len(g.rules[i]) == 0 {
 			continue
 		}
-		for _, r := range refs {
-			g.accepts = g.accepts || r.Action == string(policyv1beta1.ClusterNetworkPolicyRuleActionAccept)
-		}
-		// The first rule says whom the chain serves, for `nft list`.
-		first := ch.Rules[0]
-		first.Comment = truncateComment(fmt.Sprintf("%s tier, %s, for the pods selected by %s; %s", tier, d.name, strings.Join(names, ", "), first.Comment))
-		ch.Rules[0] = first
-		g.chains[i] = ch
-		g.refs[ch.Name] = refs
+		// Whether a family has a chain follows from the rules alone, so
+		// that the pod chains entering it stay put while peers change.
+		name := base + "-" + familySuffix(f)
+		g.chains[i] = &nft.Chain{Name: name, Rules: []nft.Rule{{
+			Exprs:   []nft.Expr{nft.AddrVmap{Family: f, Field: d.peerField, Map: name + "-classes"}},
+			Comment: truncateComment(fmt.Sprintf("%s tier, %s, for the pods selected by %s: the rules the peer may match", tier, d.name, strings.Join(names, ", "))),
+		}}}
 	}
 	want[key] = g
 	return g
+}
+
+// layoutGroup (re)builds the class maps and chains of g from the peer
+// sets as they are now, and puts what changed in the table.
+//
+// A class is the list of rules whose peer may hold an address: the
+// addresses of a family are cut where some rule's peer range starts or
+// ends, and each piece is mapped to the chain of its class, which holds
+// those rules (without their peer match) in order. A piece no rule's
+// peer holds has no element: the lookup misses and the tier decides
+// nothing. The map is an address interval map (the kernel's rbtree set):
+// unlike a concatenation's pipapo set, its lookup takes no vector unit,
+// whose state the first lookup of a packet would save and restore.
+func (c *Compiler) layoutGroup(g *clusterGroup) {
+	old := g.classes
+	g.classes, g.refs = map[string]*nft.Chain{}, map[string][]ClusterRuleRef{}
+	for i, f := range families {
+		entry := g.chains[i]
+		if entry == nil {
+			continue
+		}
+		type bound struct {
+			at   netip.Addr
+			rule int
+			open bool
+		}
+		var bounds []bound
+		rules := g.rules[i]
+		for k, r := range rules {
+			for _, rg := range c.peerRanges(r.peer, f) {
+				bounds = append(bounds, bound{rg.From(), k, true})
+				if next := rg.To().Next(); next.IsValid() {
+					bounds = append(bounds, bound{next, k, false})
+				}
+			}
+		}
+		// At one address, what ends ends before what starts: a peer's
+		// ranges may touch.
+		slices.SortFunc(bounds, func(a, b bound) int {
+			return cmp.Or(a.at.Compare(b.at), cmp.Compare(boolInt(a.open), boolInt(b.open)))
+		})
+		type piece struct {
+			first, last netip.Addr
+			class       string // the indices of its rules, "0,3,"
+		}
+		var pieces []piece
+		active := make([]bool, len(rules))
+		var sig []byte
+		for j := 0; j < len(bounds); {
+			at := bounds[j].at
+			for ; j < len(bounds) && bounds[j].at == at; j++ {
+				active[bounds[j].rule] = bounds[j].open
+			}
+			last := lastAddr(f)
+			if j < len(bounds) {
+				last = bounds[j].at.Prev()
+			}
+			sig = sig[:0]
+			for k, on := range active {
+				if on {
+					sig = strconv.AppendInt(sig, int64(k), 10)
+					sig = append(sig, ',')
+				}
+			}
+			if len(sig) == 0 {
+				continue
+			}
+			if n := len(pieces); n > 0 && pieces[n-1].class == string(sig) && pieces[n-1].last.Next() == at {
+				pieces[n-1].last = last
+				continue
+			}
+			pieces = append(pieces, piece{at, last, string(sig)})
+		}
+		classes := make([]string, len(pieces))
+		for j, p := range pieces {
+			classes[j] = p.class
+		}
+		names := c.classNames(entry.Name, classes)
+		elems := make([]nft.Element, len(pieces))
+		for j, p := range pieces {
+			name := names[p.class]
+			if g.classes[name] == nil {
+				g.classes[name], g.refs[name] = classChain(name, rules, p.class)
+			}
+			elems[j] = nft.Element{Addr: p.first, Verdict: nft.Verdict{Kind: nft.Goto, Chain: name}}
+			if p.last != p.first {
+				elems[j].Last = p.last
+			}
+		}
+		g.maps[i] = &nft.Set{
+			Name:     entry.Name + "-classes",
+			Comment:  truncateComment(fmt.Sprintf("%s peer address -> the chain of the %s tier rules its peer may match", familyName(f), g.tier)),
+			Key:      addrKey(f),
+			Interval: true,
+			Verdict:  true,
+			Elements: elems,
+		}
+		c.putSet(g.maps[i])
+	}
+	for name := range old {
+		if g.classes[name] == nil {
+			c.dropChain(name)
+		}
+	}
+	for name, ch := range g.classes {
+		// A name stays with its class unless short hashes collide, when
+		// the numbering may give it another.
+		if prev := old[name]; prev == nil || !g.laidOut || !slices.EqualFunc(prev.Rules, ch.Rules, nft.Rule.Equal) {
+			c.putChain(clusterSortKey(g)+name, ch)
+		}
+	}
+	if !g.laidOut {
+		for _, ch := range g.chains {
+			if ch != nil {
+				c.putChain(clusterSortKey(g)+ch.Name, ch)
+			}
+		}
+	}
+	g.laidOut = true
+}
+
+// classChain is the chain of one class: the rules class lists, in order,
+// each with its own comment (policy, direction, index, action, name).
+func classChain(name string, rules []tierRule, class string) (*nft.Chain, []ClusterRuleRef) {
+	ch := &nft.Chain{Name: name}
+	var refs []ClusterRuleRef
+	for _, k := range strings.Split(strings.TrimSuffix(class, ","), ",") {
+		i, _ := strconv.Atoi(k)
+		ch.Rules = append(ch.Rules, rules[i].rule)
+		refs = append(refs, rules[i].ref)
+	}
+	return ch, refs
+}
+
+// classNames names the class chains of one entry chain: the entry's name
+// and a hash of the class, so that a class keeps its chain however the
+// others change, and the name follows from the classes alone (a fresh
+// compile names them as the running one did). Classes whose short hashes
+// collide are numbered in their sorted order, which keeps every name
+// unique.
+func (c *Compiler) classNames(entry string, classes []string) map[string]string {
+	byHash := map[string][]string{}
+	seen := map[string]bool{}
+	for _, k := range classes {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		sum := c.chainNames.sum(k)
+		h := hex.EncodeToString(sum[:4])
+		byHash[h] = append(byHash[h], k)
+	}
+	out := make(map[string]string, len(seen))
+	for h, ks := range byHash {
+		if len(ks) == 1 {
+			out[ks[0]] = entry + "-" + h
+			continue
+		}
+		slices.Sort(ks)
+		for i, k := range ks {
+			out[k] = fmt.Sprintf("%s-%s-%d", entry, h, i)
+		}
+	}
+	return out
+}
+
+// dropGroup takes g's chains and maps out of the table.
+func (c *Compiler) dropGroup(g *clusterGroup) {
+	for i, ch := range g.chains {
+		if ch != nil && g.laidOut {
+			c.dropChain(ch.Name)
+			c.dropSet(g.maps[i].Name)
+		}
+	}
+	for name := range g.classes {
+		c.dropChain(name)
+	}
+}
+
+// peerRanges are the address ranges of family f that a rule's peer holds:
+// every address for "" (any), else its peer sets' ranges.
+func (c *Compiler) peerRanges(key string, f nft.IPFamily) []netipx.IPRange {
+	if key == "" {
+		return []netipx.IPRange{netipx.IPRangeFrom(firstAddr(f), lastAddr(f))}
+	}
+	e, ok := c.peers.get(key)
+	if !ok || e.sets[f] == nil {
+		return nil
+	}
+	out := make([]netipx.IPRange, len(e.sets[f].Elements))
+	for i, el := range e.sets[f].Elements {
+		out[i] = netipx.IPRangeFrom(el.Addr, lastOf(el))
+	}
+	return out
+}
+
+func firstAddr(f nft.IPFamily) netip.Addr {
+	if f == nft.IPv6 {
+		return netip.IPv6Unspecified()
+	}
+	return netip.IPv4Unspecified()
+}
+
+func lastAddr(f nft.IPFamily) netip.Addr {
+	if f == nft.IPv6 {
+		return netip.AddrFrom16([16]byte{0: 0xff, 1: 0xff, 2: 0xff, 3: 0xff, 4: 0xff, 5: 0xff, 6: 0xff, 7: 0xff, 8: 0xff, 9: 0xff, 10: 0xff, 11: 0xff, 12: 0xff, 13: 0xff, 14: 0xff, 15: 0xff})
+	}
+	return netip.AddrFrom4([4]byte{0xff, 0xff, 0xff, 0xff})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // clusterSortKey orders tier chains after the policy chains and before

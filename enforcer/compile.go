@@ -174,6 +174,9 @@ type Compiler struct {
 	// named-port sets by their use.
 	peers    refCounted[string, *peerSets]
 	portSets refCounted[portUse, *portSets]
+	// changedPeers are the keys of the peer sets whose elements changed
+	// since refreshCluster last laid out the tier groups reading them.
+	changedPeers map[string]bool
 	// allowChains are the fragment chains of flat pod chains, by
 	// allowChainKey (see flat.go).
 	allowChains refCounted[string, *allowChain]
@@ -256,6 +259,7 @@ func NewCompiler(opts Options) *Compiler {
 		policyProblems: map[objKey]*policyState{},
 		cluster:        map[string]*clusterPolicyState{},
 		groups:         map[string]*clusterGroup{},
+		changedPeers:   map[string]bool{},
 		podTiers:       map[podChainKey]podTiers{},
 		nodes:          map[string]nodeView{},
 		podChains:      map[podChainKey]*podChain{},
@@ -608,11 +612,11 @@ func (c *Compiler) allowedReturn() []nft.Expr {
 
 // adminTierRules enter a pod's Admin tier chains, if it has them, and
 // return at once for what they accepted (see clusterRules).
-func (c *Compiler) adminTierRules(tiers podTiers) []nft.Rule {
+func (c *Compiler) adminTierRules(pd *pod, tiers podTiers) []nft.Rule {
 	if tiers.admin == nil {
 		return nil
 	}
-	out := tiers.admin.enter(nft.Jump, "the admin tier first")
+	out := tiers.admin.enter(nft.Jump, "the admin tier first", pd)
 	if tiers.admin.accepts {
 		out = append(out, nft.Rule{Exprs: c.allowedReturn(), Comment: "accepted by the admin tier: clear our bits and go on"})
 	}
@@ -621,11 +625,11 @@ func (c *Compiler) adminTierRules(tiers podTiers) []nft.Rule {
 
 // baselineTierRules end a pod chain where no NetworkPolicy isolates the
 // pod: the Baseline tier decides, and its end allows.
-func baselineTierRules(tiers podTiers) []nft.Rule {
+func baselineTierRules(pd *pod, tiers podTiers) []nft.Rule {
 	if tiers.baseline == nil {
 		return nil
 	}
-	return tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed")
+	return tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed", pd)
 }
 
 // selfRules let a pod reach itself, through a Service (see podChain).
@@ -676,9 +680,9 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		ch.Rules = append(ch.Rules, selfRules...)
 		selfRules = nil
 	}
-	ch.Rules = append(ch.Rules, c.adminTierRules(tiers)...)
+	ch.Rules = append(ch.Rules, c.adminTierRules(pd, tiers)...)
 	if len(policyChains) == 0 && !pd.quarantined {
-		ch.Rules = append(ch.Rules, baselineTierRules(tiers)...)
+		ch.Rules = append(ch.Rules, baselineTierRules(pd, tiers)...)
 		return ch
 	}
 	switch {

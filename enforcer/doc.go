@@ -154,21 +154,37 @@
 //	jump <policy chains>; bit? return; drop   NetworkPolicy, when one isolates the pod
 //	goto baseline-<dir>-<h>                   otherwise the Baseline tier; its end allows
 //
-// A tier chain holds the rules of the policies selecting the pod in that
-// tier and direction, inline, in the order they are judged: priority, then
-// name for equal priorities (the API leaves that order to us), then the
-// order the rules are written. So the first rule that matches decides, and
-// the verdicts need no mark bit beyond the allow bit: Deny drops; Pass
+// A tier holds the rules of the policies selecting the pod in that tier
+// and direction, in the order they are judged: priority, then name for
+// equal priorities (the API leaves that order to us), then the order the
+// rules are written. So the first rule that matches decides, and the
+// verdicts need no mark bit beyond the allow bit: Deny drops; Pass
 // returns, which skips the rest of the tier; an Admin Accept sets the
-// allow bit and returns, and the pod chain returns at once, so NetworkPolicy
-// and Baseline are skipped but the other direction's check still runs (an
-// egress Accept does not override the destination's ingress policy); a
-// Baseline Accept just returns. Pods selected by the same list of policies
-// share one tier chain (its first rule's comment names them), so a
-// namespace-wide guardrail is one chain however many pods it selects, and
-// a pod judged by no cluster policy pays nothing for them. The cost per
-// packet is one jump per tier plus the rules of the policies selecting the
-// pod, walked in order.
+// allow bit and returns, and the pod chain returns at once, so
+// NetworkPolicy and Baseline are skipped but the other direction's check
+// still runs (an egress Accept does not override the destination's
+// ingress policy); a Baseline Accept just returns. Pods selected by the
+// same list of policies share the tier's chains, so a namespace-wide
+// guardrail is one set of chains however many pods it selects, and a pod
+// judged by no cluster policy pays nothing for them.
+//
+// A tier is laid out by the peer address (layoutGroup), so that a packet
+// pays one lookup per tier however many rules and peers it has: the
+// tier's chain of each family is one rule,
+//
+//	ip saddr vmap @admin-ingress-<h>-v4-classes
+//
+// an address interval map from every range some rule's peer holds to the
+// chain of its class: the rules whose peer holds it, in order, without
+// their peer match (protocol, port and verdict are left). Addresses no
+// rule's peer holds miss, and the tier decides nothing for them. Classes
+// follow the peer sets: a pod that comes or goes anywhere re-lays out the
+// tiers whose peers name it (refreshCluster), in the same batch as the
+// peer sets. A class chain's name hashes its rules, so it keeps its name
+// while its rules stay.
+//
+// A pod of one family enters its family's tier chains without asking
+// the family (its chain is only entered through its own addresses).
 //
 // Peers are the shared peer sets of NetworkPolicy (a namespaces peer reads
 // as a namespaceSelector would, networks as ipBlocks, nodes as the

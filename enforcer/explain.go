@@ -189,7 +189,7 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			}
 		}
 		for i, r := range chainRules(tiersFrom) {
-			g, chain := c.tierChain(r)
+			g := c.tierChain(r)
 			if g == nil {
 				continue
 			}
@@ -200,7 +200,7 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			if !ok {
 				continue // the other family's chain
 			}
-			ref, err := firstMatching(tracer, g, chain, p)
+			ref, err := firstMatching(tracer, g, p)
 			if err != nil {
 				return nil, err
 			}
@@ -237,7 +237,7 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			}
 		}
 		for i, r := range pc.chain.Rules {
-			if g, _ := c.tierChain(r); g != nil {
+			if g := c.tierChain(r); g != nil {
 				continue
 			}
 			if v, ok := jumpTarget(r); ok && !pc.flat {
@@ -304,27 +304,38 @@ func (c *Compiler) endpoint(a netip.Addr) Endpoint {
 
 // tierChain is the tier chain a pod chain's rule jumps or goes to, and
 // its group, if it is one (see clusterGroup.enter).
-func (c *Compiler) tierChain(r nft.Rule) (*clusterGroup, string) {
-	if len(r.Exprs) != 2 {
-		return nil, ""
+func (c *Compiler) tierChain(r nft.Rule) *clusterGroup {
+	n := len(r.Exprs)
+	if n == 0 || n > 2 {
+		return nil
 	}
-	v, ok := r.Exprs[1].(nft.Verdict)
+	if _, ok := r.Exprs[0].(nft.NfprotoEq); n == 2 && !ok {
+		return nil
+	}
+	v, ok := r.Exprs[n-1].(nft.Verdict)
 	if !ok || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
-		return nil, ""
+		return nil
 	}
 	for _, g := range c.groups {
-		if _, ok := g.refs[v.Chain]; ok {
-			return g, v.Chain
+		for _, ch := range g.chains {
+			if ch != nil && ch.Name == v.Chain {
+				return g
+			}
 		}
 	}
-	return nil, ""
+	return nil
 }
 
-// firstMatching is the rule of a tier chain that decides p: the first
-// that matches it.
-func firstMatching(tracer *nft.Tracer, g *clusterGroup, chain string, p nft.Packet) (*ClusterRuleRef, error) {
-	for j, ref := range g.refs[chain] {
-		ok, err := tracer.Matches(chain, j, p)
+// firstMatching is the rule of a tier that decides p: the first of the
+// chain of p's class (see layoutGroup) that matches it.
+func firstMatching(tracer *nft.Tracer, g *clusterGroup, p nft.Packet) (*ClusterRuleRef, error) {
+	peer := p.Src
+	if g.dir == egress {
+		peer = p.Dst
+	}
+	class := g.classOf(nft.FamilyOf(peer), peer)
+	for j, ref := range g.refs[class] {
+		ok, err := tracer.Matches(class, j, p)
 		if err != nil {
 			return nil, err
 		}

@@ -53,7 +53,7 @@ func (c *Compiler) refreshNodeChain(pd *pod, tiers podTiers, npIsolated bool, ch
 	} else {
 		name = c.acquireChainName("node-egress", pd.namespace, pd.name)
 	}
-	chain := &nft.Chain{Name: name, Rules: append([]nft.Rule{c.clearBitsRule()}, c.adminTierRules(tiers)...)}
+	chain := &nft.Chain{Name: name, Rules: append([]nft.Rule{c.clearBitsRule()}, c.adminTierRules(pd, tiers)...)}
 	if npIsolated && !pd.quarantined {
 		// A quarantined pod's true policies are not known: the
 		// baseline's Denies may be its, and apply.
@@ -62,7 +62,7 @@ func (c *Compiler) refreshNodeChain(pd *pod, tiers podTiers, npIsolated bool, ch
 			Comment: truncateComment(fmt.Sprintf("%s: NetworkPolicy isolates it and always allows its own node", pd.key)),
 		})
 	} else {
-		chain.Rules = append(chain.Rules, baselineTierRules(tiers)...)
+		chain.Rules = append(chain.Rules, baselineTierRules(pd, tiers)...)
 	}
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, chain.Rules, nft.Rule.Equal) {
 		return

@@ -249,6 +249,7 @@ func (c *Compiler) setPeerElements(e *peerSets, f nft.IPFamily, elems []nft.Elem
 	}
 	e.sets[f] = s
 	c.putSet(s)
+	c.changedPeers[e.key] = true
 }
 
 // selectPods returns the pods a selector peer names: podSelector alone
