@@ -145,6 +145,10 @@ type clusterGroup struct {
 	classes map[string]*nft.Chain
 	refs    map[string][]ClusterRuleRef
 	laidOut bool
+	// classBySig names, by family, the class chain of each class (its
+	// sig), for the pairs whose Pass goes on to it; gen counts layouts.
+	classBySig []map[string]string
+	gen        int
 }
 
 // enter is how the chain of pd enters the group: a jump (or goto) to the
@@ -630,6 +634,17 @@ func (c *Compiler) refreshCluster(ch *changes) {
 			c.layoutGroup(g)
 		}
 	}
+	// A pair follows its groups. One whose groups went is dropped: its
+	// pods' tiers changed, so their chains are rebuilt in this compile
+	// and take another.
+	for _, p := range c.pairs {
+		switch gone, relaid := c.pairStale(p); {
+		case gone:
+			c.dropPair(p)
+		case relaid:
+			c.layoutPair(p)
+		}
+	}
 	clear(c.changedPeers)
 }
 
@@ -736,7 +751,7 @@ func (c *Compiler) clusterGroupFor(want map[string]*clusterGroup, tier string, d
 	n := len(families)
 	g := &clusterGroup{key: key, tier: tier, dir: d, members: members,
 		rules: make([][]tierRule, n), chains: make([]*nft.Chain, n), maps: make([]*nft.Set, n),
-		classes: map[string]*nft.Chain{}, refs: map[string][]ClusterRuleRef{}}
+		classes: map[string]*nft.Chain{}, refs: map[string][]ClusterRuleRef{}, classBySig: make([]map[string]string, n)}
 	base := c.chainNames.name(key)
 	for i, f := range families {
 		for _, m := range members {
@@ -778,87 +793,33 @@ func (c *Compiler) layoutGroup(g *clusterGroup) {
 	g.classes, g.refs = map[string]*nft.Chain{}, map[string][]ClusterRuleRef{}
 	for i, f := range families {
 		entry := g.chains[i]
+		g.classBySig[i] = map[string]string{}
 		if entry == nil {
 			continue
 		}
-		type bound struct {
-			at   netip.Addr
-			rule int
-			open bool
-		}
-		var bounds []bound
 		rules := g.rules[i]
-		for k, r := range rules {
-			for _, rg := range c.peerRanges(r.peer, f) {
-				bounds = append(bounds, bound{rg.From(), k, true})
-				if next := rg.To().Next(); next.IsValid() {
-					bounds = append(bounds, bound{next, k, false})
-				}
-			}
-		}
-		// At one address, what ends ends before what starts: a peer's
-		// ranges may touch.
-		slices.SortFunc(bounds, func(a, b bound) int {
-			return cmp.Or(a.at.Compare(b.at), cmp.Compare(boolInt(a.open), boolInt(b.open)))
-		})
-		type piece struct {
-			first, last netip.Addr
-			class       string // the indices of its rules, "0,3,"
-		}
-		var pieces []piece
-		active := make([]bool, len(rules))
-		var sig []byte
-		for j := 0; j < len(bounds); {
-			at := bounds[j].at
-			for ; j < len(bounds) && bounds[j].at == at; j++ {
-				active[bounds[j].rule] = bounds[j].open
-			}
-			last := lastAddr(f)
-			if j < len(bounds) {
-				last = bounds[j].at.Prev()
-			}
-			sig = sig[:0]
-			for k, on := range active {
-				if on {
-					sig = strconv.AppendInt(sig, int64(k), 10)
-					sig = append(sig, ',')
-				}
-			}
-			if len(sig) == 0 {
-				continue
-			}
-			if n := len(pieces); n > 0 && pieces[n-1].class == string(sig) && pieces[n-1].last.Next() == at {
-				pieces[n-1].last = last
-				continue
-			}
-			pieces = append(pieces, piece{at, last, string(sig)})
-		}
-		classes := make([]string, len(pieces))
-		for j, p := range pieces {
-			classes[j] = p.class
-		}
-		names := c.classNames(entry.Name, classes)
+		pieces := c.classPieces(rules, f)
+		names := c.classNames(entry.Name, pieces)
 		elems := make([]nft.Element, len(pieces))
 		for j, p := range pieces {
-			name := names[p.class]
+			name := names[p.sig]
 			if g.classes[name] == nil {
-				g.classes[name], g.refs[name] = classChain(name, rules, p.class)
+				g.classes[name], g.refs[name] = classChain(name, rules, p.rules)
+				g.classBySig[i][p.sig] = name
 			}
-			elems[j] = nft.Element{Addr: p.first, Verdict: nft.Verdict{Kind: nft.Goto, Chain: name}}
-			if p.last != p.first {
-				elems[j].Last = p.last
-			}
+			elems[j] = p.element(name)
 		}
-		g.maps[i] = &nft.Set{
-			Name:     entry.Name + "-classes",
-			Comment:  truncateComment(fmt.Sprintf("%s peer address -> the chain of the %s tier rules its peer may match", familyName(f), g.tier)),
-			Key:      addrKey(f),
-			Interval: true,
-			Verdict:  true,
-			Elements: elems,
-		}
+		g.maps[i] = classMap(entry.Name, f, g.tier, elems)
 		c.putSet(g.maps[i])
 	}
+	c.putLayout(g, old)
+	g.gen++
+}
+
+// putLayout puts a (re)laid out group's chains in the table: the entry
+// chains the first time, the class chains that are new or changed, and
+// drops those of old it no longer has.
+func (c *Compiler) putLayout(g *clusterGroup, old map[string]*nft.Chain) {
 	for name := range old {
 		if g.classes[name] == nil {
 			c.dropChain(name)
@@ -881,15 +842,103 @@ func (c *Compiler) layoutGroup(g *clusterGroup) {
 	g.laidOut = true
 }
 
-// classChain is the chain of one class: the rules class lists, in order,
+// classMap is the class map of an entry chain.
+func classMap(entry string, f nft.IPFamily, tier string, elems []nft.Element) *nft.Set {
+	return &nft.Set{
+		Name:     entry + "-classes",
+		Comment:  truncateComment(fmt.Sprintf("%s peer address -> the chain of the %s rules its peer may match", familyName(f), tier)),
+		Key:      addrKey(f),
+		Interval: true,
+		Verdict:  true,
+		Elements: elems,
+	}
+}
+
+// A classPiece is a range of peer addresses that the same rules' peers
+// hold, and no other's: rules are their indices, in order, and sig spells
+// them ("0,3,").
+type classPiece struct {
+	first, last netip.Addr
+	rules       []int
+	sig         string
+}
+
+func (p classPiece) element(chain string) nft.Element {
+	e := nft.Element{Addr: p.first, Verdict: nft.Verdict{Kind: nft.Goto, Chain: chain}}
+	if p.last != p.first {
+		e.Last = p.last
+	}
+	return e
+}
+
+// classPieces cuts the addresses of family f where some rule's peer range
+// starts or ends, and returns the pieces some rule's peer holds, in
+// address order, touching pieces of one class merged.
+func (c *Compiler) classPieces(rules []tierRule, f nft.IPFamily) []classPiece {
+	type bound struct {
+		at   netip.Addr
+		rule int
+		open bool
+	}
+	var bounds []bound
+	for k, r := range rules {
+		for _, rg := range c.peerRanges(r.peer, f) {
+			bounds = append(bounds, bound{rg.From(), k, true})
+			if next := rg.To().Next(); next.IsValid() {
+				bounds = append(bounds, bound{next, k, false})
+			}
+		}
+	}
+	// At one address, what ends ends before what starts: a peer's
+	// ranges may touch.
+	slices.SortFunc(bounds, func(a, b bound) int {
+		return cmp.Or(a.at.Compare(b.at), cmp.Compare(boolInt(a.open), boolInt(b.open)))
+	})
+	var pieces []classPiece
+	active := make([]bool, len(rules))
+	var sig []byte
+	for j := 0; j < len(bounds); {
+		at := bounds[j].at
+		for ; j < len(bounds) && bounds[j].at == at; j++ {
+			active[bounds[j].rule] = bounds[j].open
+		}
+		last := lastAddr(f)
+		if j < len(bounds) {
+			last = bounds[j].at.Prev()
+		}
+		sig = sig[:0]
+		for k, on := range active {
+			if on {
+				sig = strconv.AppendInt(sig, int64(k), 10)
+				sig = append(sig, ',')
+			}
+		}
+		if len(sig) == 0 {
+			continue
+		}
+		if n := len(pieces); n > 0 && pieces[n-1].sig == string(sig) && pieces[n-1].last.Next() == at {
+			pieces[n-1].last = last
+			continue
+		}
+		var idx []int
+		for k, on := range active {
+			if on {
+				idx = append(idx, k)
+			}
+		}
+		pieces = append(pieces, classPiece{at, last, idx, string(sig)})
+	}
+	return pieces
+}
+
+// classChain is the chain of one class: the rules it lists, in order,
 // each with its own comment (policy, direction, index, action, name).
-func classChain(name string, rules []tierRule, class string) (*nft.Chain, []ClusterRuleRef) {
+func classChain(name string, rules []tierRule, class []int) (*nft.Chain, []ClusterRuleRef) {
 	ch := &nft.Chain{Name: name}
-	var refs []ClusterRuleRef
-	for _, k := range strings.Split(strings.TrimSuffix(class, ","), ",") {
-		i, _ := strconv.Atoi(k)
-		ch.Rules = append(ch.Rules, rules[i].rule)
-		refs = append(refs, rules[i].ref)
+	refs := make([]ClusterRuleRef, len(class))
+	for j, k := range class {
+		ch.Rules = append(ch.Rules, rules[k].rule)
+		refs[j] = rules[k].ref
 	}
 	return ch, refs
 }
@@ -900,10 +949,11 @@ func classChain(name string, rules []tierRule, class string) (*nft.Chain, []Clus
 // compile names them as the running one did). Classes whose short hashes
 // collide are numbered in their sorted order, which keeps every name
 // unique.
-func (c *Compiler) classNames(entry string, classes []string) map[string]string {
+func (c *Compiler) classNames(entry string, pieces []classPiece) map[string]string {
 	byHash := map[string][]string{}
 	seen := map[string]bool{}
-	for _, k := range classes {
+	for _, p := range pieces {
+		k := p.sig
 		if seen[k] {
 			continue
 		}
@@ -1057,6 +1107,199 @@ func (c *Compiler) nodeAddrs(sel labels.Selector) []netip.Addr {
 		if v := c.nodes[name]; sel.Matches(v.labels) {
 			out = append(out, v.addrs...)
 		}
+	}
+	return out
+}
+
+// A pair lays out the Admin and the Baseline tier of one direction
+// together, for the pods no NetworkPolicy isolates (and that are not
+// quarantined): for them the two tiers are all there is, and one lookup
+// of the peer address can serve both. It is a clusterGroup whose tier is
+// "admin+baseline" and whose members are those of its two groups; its
+// chains are its own, its rules theirs:
+//
+//   - a piece of addresses that only Baseline rules' peers hold goes to
+//     the baseline group's class chain;
+//   - one that Admin rules' peers hold goes to a chain of those rules,
+//     then `goto` the baseline group's class chain of the piece, if it
+//     has one. An Admin Pass goes there too, skipping the Admin rules
+//     left; an Admin Accept returns, skipping Baseline: with no stage
+//     after it, it needs no allow bit, and the pod chain no check of it.
+//
+// A pair is shared by the pods with the same two groups; it is laid out
+// when its first pod chain takes it and again whenever either group is.
+type pair struct {
+	*clusterGroup
+	admin, baseline *clusterGroup // baseline may be nil
+	built           [2]int        // the groups' gen it was laid out from
+	users           int
+}
+
+func pairKey(admin, baseline *clusterGroup) string {
+	k := "pair\x00" + admin.key
+	if baseline != nil {
+		k += "\x00\x00" + baseline.key
+	}
+	return k
+}
+
+// acquirePair returns the pair of t's two groups, laid out, and counts one
+// more pod chain using it.
+func (c *Compiler) acquirePair(t podTiers) *pair {
+	key := pairKey(t.admin, t.baseline)
+	if p := c.pairs[key]; p != nil {
+		p.users++
+		return p
+	}
+	d := t.admin.dir
+	c.chainNames.acquire(key, func(hash string) string { return "tiers-" + d.name + "-" + hash })
+	n := len(families)
+	g := &clusterGroup{key: key, tier: "admin+baseline", dir: d, members: slices.Clone(t.admin.members),
+		chains: make([]*nft.Chain, n), maps: make([]*nft.Set, n), classes: map[string]*nft.Chain{}, refs: map[string][]ClusterRuleRef{},
+		classBySig: make([]map[string]string, n)}
+	if t.baseline != nil {
+		g.members = append(g.members, t.baseline.members...)
+	}
+	base := c.chainNames.name(key)
+	for i, f := range families {
+		if t.admin.chains[i] == nil && (t.baseline == nil || t.baseline.chains[i] == nil) {
+			continue
+		}
+		name := base + "-" + familySuffix(f)
+		g.chains[i] = &nft.Chain{Name: name, Rules: []nft.Rule{{
+			Exprs:   []nft.Expr{nft.AddrVmap{Family: f, Field: d.peerField, Map: name + "-classes"}},
+			Comment: truncateComment(fmt.Sprintf("admin and baseline tiers, %s, for the pods no NetworkPolicy isolates selected by %s", d.name, strings.Join(memberNames(g.members), ", "))),
+		}}}
+	}
+	p := &pair{clusterGroup: g, admin: t.admin, baseline: t.baseline, users: 1}
+	c.pairs[key] = p
+	c.layoutPair(p)
+	return p
+}
+
+// releasePair counts one pod chain fewer using p; the last takes it out.
+func (c *Compiler) releasePair(p *pair) {
+	if p.users--; p.users > 0 || c.pairs[p.key] != p {
+		return
+	}
+	c.dropPair(p)
+}
+
+func (c *Compiler) dropPair(p *pair) {
+	c.dropGroup(p.clusterGroup)
+	delete(c.pairs, p.key)
+	c.chainNames.release(p.key)
+}
+
+// layoutPair (re)builds p's class maps and chains from its groups' rules
+// and class chains as they are now.
+func (c *Compiler) layoutPair(p *pair) {
+	g := p.clusterGroup
+	old := g.classes
+	g.classes, g.refs = map[string]*nft.Chain{}, map[string][]ClusterRuleRef{}
+	for i, f := range families {
+		entry := g.chains[i]
+		if entry == nil {
+			continue
+		}
+		admin := p.admin.rules[i]
+		var baseline []tierRule
+		if p.baseline != nil {
+			baseline = p.baseline.rules[i]
+		}
+		pieces := c.classPieces(append(slices.Clip(admin), baseline...), f)
+		// A piece's Admin rules are its first indices; the rest, less
+		// len(admin), are its Baseline class.
+		var own []classPiece
+		next := make([]string, len(pieces)) // the baseline class chain of each piece, if any
+		for j, pc := range pieces {
+			cut := 0
+			for cut < len(pc.rules) && pc.rules[cut] < len(admin) {
+				cut++
+			}
+			if cut < len(pc.rules) {
+				var sig []byte
+				for _, k := range pc.rules[cut:] {
+					sig = strconv.AppendInt(sig, int64(k-len(admin)), 10)
+					sig = append(sig, ',')
+				}
+				next[j] = p.baseline.classBySig[i][string(sig)]
+			}
+			if cut > 0 {
+				own = append(own, pc)
+			}
+		}
+		names := c.classNames(entry.Name, own)
+		elems := make([]nft.Element, len(pieces))
+		for j, pc := range pieces {
+			cut := 0
+			for cut < len(pc.rules) && pc.rules[cut] < len(admin) {
+				cut++
+			}
+			if cut == 0 {
+				elems[j] = pc.element(next[j])
+				continue
+			}
+			name := names[pc.sig]
+			if g.classes[name] == nil {
+				ch, refs := classChain(name, admin, pc.rules[:cut])
+				for k, r := range ch.Rules {
+					ch.Rules[k] = pairRule(r, refs[k].Action, next[j])
+				}
+				if next[j] != "" {
+					ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Goto, Chain: next[j]}}, Comment: "no admin rule decided: the baseline tier"})
+				}
+				g.classes[name], g.refs[name] = ch, refs
+			}
+			elems[j] = pc.element(name)
+		}
+		g.maps[i] = classMap(entry.Name, f, g.tier, elems)
+		c.putSet(g.maps[i])
+	}
+	c.putLayout(g, old)
+	p.built = [2]int{p.admin.gen, 0}
+	if p.baseline != nil {
+		p.built[1] = p.baseline.gen
+	}
+}
+
+// pairRule is an Admin rule as a pair's class chain holds it: an Accept
+// returns without our bit, a Pass goes on to the baseline class chain
+// (next; it returns when there is none).
+func pairRule(r nft.Rule, action, next string) nft.Rule {
+	var exprs []nft.Expr
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case nft.SetMark:
+			continue
+		case nft.Verdict:
+			if action == string(policyv1beta1.ClusterNetworkPolicyRuleActionPass) && next != "" {
+				exprs = append(exprs, nft.Verdict{Kind: nft.Goto, Chain: next})
+				continue
+			}
+			exprs = append(exprs, e)
+		default:
+			exprs = append(exprs, e)
+		}
+	}
+	r.Exprs = exprs
+	return r
+}
+
+// stale reports whether p's groups are no longer the ones in use, or
+// were laid out again since p was.
+func (c *Compiler) pairStale(p *pair) (gone, relaid bool) {
+	if c.groups[p.admin.key] != p.admin || (p.baseline != nil && c.groups[p.baseline.key] != p.baseline) {
+		return true, false
+	}
+	relaid = p.built[0] != p.admin.gen || (p.baseline != nil && p.built[1] != p.baseline.gen)
+	return false, relaid
+}
+
+func memberNames(members []*clusterPolicyState) []string {
+	out := make([]string, len(members))
+	for i, m := range members {
+		out[i] = m.groupName()
 	}
 	return out
 }

@@ -166,6 +166,7 @@ type Compiler struct {
 	clusterList []*policyv1beta1.ClusterNetworkPolicy
 	cluster     map[string]*clusterPolicyState
 	groups      map[string]*clusterGroup
+	pairs       map[string]*pair // by pairKey
 	podTiers    map[podChainKey]podTiers
 	nodeList    []*corev1.Node
 	nodes       map[string]nodeView
@@ -231,6 +232,9 @@ type podChain struct {
 	flat  bool
 	use   *flatUse
 	elems []nft.Element
+	// pair: the chain enters the Admin and Baseline tiers together (no
+	// NetworkPolicy isolates the pod), through this pair it holds.
+	pair *pair
 }
 
 // NewCompiler returns a Compiler for opts. The priority of the forward
@@ -260,6 +264,7 @@ func NewCompiler(opts Options) *Compiler {
 		cluster:        map[string]*clusterPolicyState{},
 		groups:         map[string]*clusterGroup{},
 		changedPeers:   map[string]bool{},
+		pairs:          map[string]*pair{},
 		podTiers:       map[podChainKey]podTiers{},
 		nodes:          map[string]nodeView{},
 		podChains:      map[podChainKey]*podChain{},
@@ -554,6 +559,9 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 		flowID = ""
 	}
 	next := &podChain{pod: pd, flowID: flowID, policies: policies, flat: c.flatLayout(pd.namespace) && len(policies) > 0}
+	if len(selecting) == 0 && !pd.quarantined && tiers.admin != nil {
+		next.pair = c.acquirePair(tiers)
+	}
 	var stage []nft.Rule
 	if next.flat {
 		// What the new chain holds is acquired before the old one lets go,
@@ -561,12 +569,12 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 		next.use = &flatUse{}
 		stage, next.elems = c.flatRules(pd, d, planFlat(pd, d, policies), policies, next.use)
 	}
-	next.chain = c.podChain(name, pd, d, selecting, stage, next.flat, tiers, flowID)
+	next.chain = c.podChain(name, pd, d, selecting, stage, next.flat, tiers, next.pair, flowID)
 	if old != nil {
 		old.release(c)
 	}
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, next.chain.Rules, nft.Rule.Equal) && slices.Equal(old.elems, next.elems) {
-		old.policies, old.use = next.policies, next.use
+		old.policies, old.use, old.pair = next.policies, next.use, next.pair
 		return
 	}
 	if old == nil || !slices.Equal(old.pod.ips, pd.ips) || !slices.Equal(old.elems, next.elems) {
@@ -586,6 +594,10 @@ func (c *Compiler) flatLayout(ns string) bool {
 
 // release lets go of what a flat pod chain holds.
 func (pc *podChain) release(c *Compiler) {
+	if pc.pair != nil {
+		c.releasePair(pc.pair)
+		pc.pair = nil
+	}
 	if pc.use == nil {
 		return
 	}
@@ -671,9 +683,20 @@ func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
 //
 // In the flat layout (flat), the NetworkPolicy stage is stage (flatRules)
 // in place of the jumps, and the allowed return counts what it allows.
-func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, stage []nft.Rule, flat bool, tiers podTiers, flowID string) *nft.Chain {
-	ch := &nft.Chain{Name: name, Rules: []nft.Rule{c.clearBitsRule()}}
+func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, stage []nft.Rule, flat bool, tiers podTiers, pair *pair, flowID string) *nft.Chain {
 	selfRules := c.selfRules(pd, d)
+	if len(policyChains) == 0 && !pd.quarantined && tiers != (podTiers{}) {
+		// The tiers alone: the pair of them, or the Baseline tier alone.
+		// Neither sets our bit, so there is none to clear.
+		ch := &nft.Chain{Name: name, Rules: selfRules}
+		if pair != nil {
+			ch.Rules = append(ch.Rules, pair.enter(nft.Goto, "no NetworkPolicy isolates the pod: the admin, then the baseline tier decides, else allowed", pd)...)
+		} else {
+			ch.Rules = append(ch.Rules, baselineTierRules(pd, tiers)...)
+		}
+		return ch
+	}
+	ch := &nft.Chain{Name: name, Rules: []nft.Rule{c.clearBitsRule()}}
 	if tiers != (podTiers{}) {
 		// A pod reaching itself is not subject to ClusterNetworkPolicy,
 		// whose Deny rules drop in its chains: the check comes first.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -102,7 +103,11 @@ func (c *Compiler) countedRules() map[string][]CountKey {
 			out[pc.chain.Name] = []CountKey{allowed, denied}
 		}
 	}
-	for _, g := range c.groups {
+	groups := slices.Collect(maps.Values(c.groups))
+	for _, p := range c.pairs {
+		groups = append(groups, p.clusterGroup)
+	}
+	for _, g := range groups {
 		for name, refs := range g.refs {
 			keys := make([]CountKey, len(refs))
 			for i, r := range refs {

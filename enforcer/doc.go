@@ -149,10 +149,16 @@
 //
 //	meta mark set meta mark & ~mask           our bits clear
 //	<self> ... return                         a pod reaching itself: no policy judges it
-//	jump admin-<dir>-<h>                      the Admin tier
+//	jump admin-<dir>-<h>-v4                   the Admin tier
 //	meta mark & bit == bit ... return         accepted there: go on to the next check
 //	jump <policy chains>; bit? return; drop   NetworkPolicy, when one isolates the pod
-//	goto baseline-<dir>-<h>                   otherwise the Baseline tier; its end allows
+//
+// and where no NetworkPolicy isolates it, just
+//
+//	<self> ... return
+//	goto tiers-<dir>-<h>-v4                   Admin, then Baseline; the end allows
+//
+// (or `goto baseline-<dir>-<h>-v4` with no Admin policy).
 //
 // A tier holds the rules of the policies selecting the pod in that tier
 // and direction, in the order they are judged: priority, then name for
@@ -185,6 +191,14 @@
 //
 // A pod of one family enters its family's tier chains without asking
 // the family (its chain is only entered through its own addresses).
+//
+// Where no NetworkPolicy isolates a pod, the two tiers are all that
+// judges it, and one lookup serves both: its chain is the self check and
+// a `goto` to a pair (see pair in cluster.go), whose class chains hold the
+// Admin rules of a piece of addresses and then go on to the Baseline
+// class chain of the same piece. There an Admin Accept just returns (no
+// stage follows it, so no bit is needed, nor a mark rule in the pod
+// chain) and a Pass goes on to Baseline.
 //
 // Peers are the shared peer sets of NetworkPolicy (a namespaces peer reads
 // as a namespaceSelector would, networks as ipBlocks, nodes as the

@@ -189,8 +189,8 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			}
 		}
 		for i, r := range chainRules(tiersFrom) {
-			g := c.tierChain(r)
-			if g == nil {
+			groups := c.tierGroups(r)
+			if groups == nil {
 				continue
 			}
 			ok, err := tracer.Matches(tiersFrom.Name, i, p)
@@ -200,14 +200,16 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			if !ok {
 				continue // the other family's chain
 			}
-			ref, err := firstMatching(tracer, g, p)
-			if err != nil {
-				return nil, err
-			}
-			if g.tier == tierAdmin {
-				s.Admin, s.AdminRule = g.memberNames(), ref
-			} else {
-				s.Baseline, s.BaselineRule = g.memberNames(), ref
+			for _, g := range groups {
+				ref, err := firstMatching(tracer, g, p)
+				if err != nil {
+					return nil, err
+				}
+				if g.tier == tierAdmin {
+					s.Admin, s.AdminRule = g.memberNames(), ref
+				} else {
+					s.Baseline, s.BaselineRule = g.memberNames(), ref
+				}
 			}
 		}
 		// allows adds ps to the policies judging the pod, and each of its
@@ -237,7 +239,7 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			}
 		}
 		for i, r := range pc.chain.Rules {
-			if g := c.tierChain(r); g != nil {
+			if c.tierGroups(r) != nil {
 				continue
 			}
 			if v, ok := jumpTarget(r); ok && !pc.flat {
@@ -302,9 +304,10 @@ func (c *Compiler) endpoint(a netip.Addr) Endpoint {
 	return e
 }
 
-// tierChain is the tier chain a pod chain's rule jumps or goes to, and
-// its group, if it is one (see clusterGroup.enter).
-func (c *Compiler) tierChain(r nft.Rule) *clusterGroup {
+// tierGroups are the groups whose tier chain a pod chain's rule jumps or
+// goes to, if it is one (see clusterGroup.enter): one group, or the two of
+// a pair.
+func (c *Compiler) tierGroups(r nft.Rule) []*clusterGroup {
 	n := len(r.Exprs)
 	if n == 0 || n > 2 {
 		return nil
@@ -316,11 +319,20 @@ func (c *Compiler) tierChain(r nft.Rule) *clusterGroup {
 	if !ok || (v.Kind != nft.Jump && v.Kind != nft.Goto) {
 		return nil
 	}
+	entered := func(g *clusterGroup) bool {
+		return slices.ContainsFunc(g.chains, func(ch *nft.Chain) bool { return ch != nil && ch.Name == v.Chain })
+	}
 	for _, g := range c.groups {
-		for _, ch := range g.chains {
-			if ch != nil && ch.Name == v.Chain {
-				return g
+		if entered(g) {
+			return []*clusterGroup{g}
+		}
+	}
+	for _, p := range c.pairs {
+		if entered(p.clusterGroup) {
+			if p.baseline == nil {
+				return []*clusterGroup{p.admin}
 			}
+			return []*clusterGroup{p.admin, p.baseline}
 		}
 	}
 	return nil
