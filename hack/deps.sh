@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine:
 # nft (the oracle of the kernel tests, and `nft list` in the demo), iproute2
-# (network namespaces), conntrack. The daemon itself executes none of them.
+# (network namespaces), conntrack, iptables-nft (a co-resident the doctor
+# tests write). The daemon itself executes none of them.
 set -o errexit -o nounset -o pipefail
 
 need=()
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
+# iptables-nft: the doctor and inspect tests write rules with it, as
+# kube-proxy's iptables mode would, to check what we read of them.
+command -v iptables-nft >/dev/null 2>&1 || need+=(iptables)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "hack/deps.sh: need root to install ${need[*]}" >&2
