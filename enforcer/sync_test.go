@@ -267,3 +267,34 @@ func TestResolvePriority(t *testing.T) {
 		}
 	}
 }
+
+// Cluster policies coming and going change which policies select a pod,
+// so a tier's chains, its class map and the pair of tiers go as a whole
+// and others come: each sync is a delta the kernel takes (the Fake checks
+// a map that goes before the chains its elements go to, as the kernel
+// does), and the kernel holds the table of each.
+func TestSyncClusterPolicyChurnByDelta(t *testing.T) {
+	guard := admin("guard", 1, subjectNS("x"), cnpIn(cnpDeny, from(fromNS("z"))), cnpOut(cnpPass, to(toNS("y"))))
+	guard2 := admin("guard-2", 2, subjectNS("x", "y"), cnpIn(cnpAccept, from(fromNS("y"))))
+	base := baseline("base", 1, subjectNS("x"), cnpOut(cnpDeny, to(toNS("z"))))
+	steps := []*k8s.Snapshot{
+		withCluster(cluster(), guard),
+		withCluster(cluster(), guard, base),
+		withCluster(cluster(), guard, guard2, base),
+		withCluster(cluster(), guard2, base),
+		withCluster(cluster(policy("x", "deny", denyIngress)), guard2, base),
+		withCluster(cluster(), guard),
+		cluster(),
+	}
+	s, f := newFakeSyncer(t)
+	for i, snap := range steps {
+		res, err := s.Sync(snap)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if i > 0 && res.Batch.Full {
+			t.Errorf("step %d wrote the whole table, want a delta", i)
+		}
+		holds(t, s, f, snap)
+	}
+}

@@ -323,23 +323,77 @@ func applyDelta(old *Table, d *Delta) (*Table, BatchStats, error) {
 		st.Messages += 1 + len(c.Rules)
 		st.ChainsWritten++
 	}
+	// In the writer's order, as the kernel checks it message by message:
+	// the chains that go are flushed, then the sets go (busy while a rule
+	// looks one up), then the chains (busy while a rule or a map element
+	// goes to one).
 	for _, name := range d.DeleteChains {
 		i := chain(name)
 		if i < 0 {
-			return nil, st, fmt.Errorf("delete chain %s: %w", name, syscall.ENOENT)
+			return nil, st, fmt.Errorf("flush chain %s: %w", name, syscall.ENOENT)
 		}
-		t.Chains = slices.Delete(t.Chains, i, i+1)
-		st.Messages += 2
+		c := cloneChain(t.Chains[i])
+		c.Rules = nil
+		t.Chains[i] = c
 	}
 	for _, name := range d.DeleteSets {
 		i := set(name)
 		if i < 0 {
 			return nil, st, fmt.Errorf("delete set %s: %w", name, syscall.ENOENT)
 		}
+		if by := referrer(t, "set", name); by != "" {
+			return nil, st, fmt.Errorf("delete set %s, still looked up by %s: %w", name, by, syscall.EBUSY)
+		}
 		t.Sets = slices.Delete(t.Sets, i, i+1)
 		st.Messages++
 	}
+	for _, name := range d.DeleteChains {
+		if by := referrer(t, "chain", name); by != "" {
+			return nil, st, fmt.Errorf("delete chain %s, still gone to by %s: %w", name, by, syscall.EBUSY)
+		}
+		t.Chains = slices.Delete(t.Chains, chain(name), chain(name)+1)
+		st.Messages += 2
+	}
 	return t, st, nil
+}
+
+// referrer names what in t refers to the chain or set name (kind), or
+// returns "": a rule, or for a chain also a verdict map's element.
+func referrer(t *Table, kind, name string) string {
+	for _, c := range t.Chains {
+		for i, r := range c.Rules {
+			for _, e := range r.Exprs {
+				var ref string
+				switch e := e.(type) {
+				case Verdict:
+					if kind == "chain" && (e.Kind == Jump || e.Kind == Goto) {
+						ref = e.Chain
+					}
+				case AddrInSet:
+					ref = e.Set
+				case AddrVmap:
+					ref = e.Map
+				case AddrProtoPortInSet:
+					ref = e.Set
+				case AddrProtoPortVmap:
+					ref = e.Map
+				}
+				if _, isVerdict := e.(Verdict); ref == name && (kind == "chain") == isVerdict {
+					return fmt.Sprintf("chain %s rule %d", c.Name, i)
+				}
+			}
+		}
+	}
+	if kind == "chain" {
+		for _, s := range t.Sets {
+			for _, e := range s.Elements {
+				if s.Verdict && (e.Verdict.Kind == Jump || e.Verdict.Kind == Goto) && e.Verdict.Chain == name {
+					return "an element of map " + s.Name
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // checkRefs refuses a table in which a rule or a verdict map element

@@ -63,7 +63,8 @@ type classPiece struct{ first, chain int }
 // to the family's last address or not, and requires the kernel to hold
 // what nft -f of the rendered table holds; then updates them in place:
 // a piece that changes chain, one that splits, two that merge, and back,
-// with no drift after each.
+// with no drift after each; and the maps and their chains deleted in one
+// update (the map's elements goto the chains that go with it).
 func TestKernelAddressIntervalVmap(t *testing.T) {
 	testns.RequireRoot(t)
 	steps := [][]classPiece{
@@ -91,14 +92,23 @@ func TestKernelAddressIntervalVmap(t *testing.T) {
 				if drift, err := c.Drift(first); err != nil || drift != "" {
 					t.Errorf("drift right after Apply: %q %v", drift, err)
 				}
-				prev := first
-				for i, step := range append(steps[1:], steps[0]) {
+				// The maps and their chains go, and come back: a map
+				// whose elements goto chains that go with it.
+				bare := &Table{Family: FamilyInet, Name: "nftpolicy"}
+				if _, err := c.Update(first, bare); err != nil {
+					return fmt.Errorf("update to no maps: %w", err)
+				}
+				if drift, err := c.Drift(bare); err != nil || drift != "" {
+					t.Errorf("drift after the maps went: %q %v", drift, err)
+				}
+				prev := bare
+				for i, step := range append(steps, steps[0]) {
 					next := classMapTable(step, top)
 					if _, err := c.Update(prev, next); err != nil {
-						return fmt.Errorf("update %d: %w", i+1, err)
+						return fmt.Errorf("update %d: %w", i, err)
 					}
 					if drift, err := c.Drift(next); err != nil || drift != "" {
-						t.Errorf("drift after update %d: %q %v", i+1, drift, err)
+						t.Errorf("drift after update %d: %q %v", i, drift, err)
 					}
 					prev = next
 				}

@@ -265,17 +265,23 @@ func (b *writer) writeDelta(d *Delta, new *Table) error {
 	// the referrer may come later in the list (ingress-<hash> sorts before
 	// ingress-pod-<hash>, which jumps to it). Flushing first drops every
 	// reference within the batch, whatever the order.
+	//
+	// Sets go after the flush and before the chains: the flush drops the
+	// rules that look a set up, and a verdict map that goes holds
+	// elements that goto chains that go with it (a tier's class map and
+	// class chains); deleting the map releases them, and the chains are
+	// busy until it does.
 	for _, name := range d.DeleteChains {
 		b.nl.FlushChain(&nftables.Chain{Name: name, Table: b.table})
+	}
+	for _, name := range d.DeleteSets {
+		b.nl.DelSet(&nftables.Set{Table: b.table, Name: name})
+		b.stats.Messages++
 	}
 	for _, name := range d.DeleteChains {
 		b.nl.DelChain(&nftables.Chain{Name: name, Table: b.table})
 	}
 	b.stats.Messages += 2 * len(d.DeleteChains)
-	for _, name := range d.DeleteSets {
-		b.nl.DelSet(&nftables.Set{Table: b.table, Name: name})
-		b.stats.Messages++
-	}
 	return nil
 }
 
