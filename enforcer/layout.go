@@ -32,8 +32,12 @@ package enforcer
 // stage (flat.go): the ingress-ports and egress-ports maps and the
 // fragment chains (ingress-allow-…, egress-allow-…) in place of jumps to
 // every selecting policy's chain, and a counter on a pod chain's allowed
-// return.
-const Layout = 8
+// return. Version 9 lays each cluster tier out by the peer address: a
+// tier chain is one lookup in an address interval map (…-classes) to a
+// class chain of the rules whose peer may hold it, and the pod chain of
+// a pod no NetworkPolicy isolates goes to a pair of its two tiers
+// (tiers-…) with no mark rule (see "Cluster network policy" in doc.go).
+const Layout = 9
 
 // previousLayout is set, at link time only, by the tests of an upgrade
 // under probing (test/e2e), which need two builds whose layouts differ:
