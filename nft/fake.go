@@ -363,22 +363,7 @@ func referrer(t *Table, kind, name string) string {
 	for _, c := range t.Chains {
 		for i, r := range c.Rules {
 			for _, e := range r.Exprs {
-				var ref string
-				switch e := e.(type) {
-				case Verdict:
-					if kind == "chain" && (e.Kind == Jump || e.Kind == Goto) {
-						ref = e.Chain
-					}
-				case AddrInSet:
-					ref = e.Set
-				case AddrVmap:
-					ref = e.Map
-				case AddrProtoPortInSet:
-					ref = e.Set
-				case AddrProtoPortVmap:
-					ref = e.Map
-				}
-				if _, isVerdict := e.(Verdict); ref == name && (kind == "chain") == isVerdict {
+				if k, n := exprRef(e); k == kind && n == name {
 					return fmt.Sprintf("chain %s rule %d", c.Name, i)
 				}
 			}
@@ -387,13 +372,33 @@ func referrer(t *Table, kind, name string) string {
 	if kind == "chain" {
 		for _, s := range t.Sets {
 			for _, e := range s.Elements {
-				if s.Verdict && (e.Verdict.Kind == Jump || e.Verdict.Kind == Goto) && e.Verdict.Chain == name {
+				if k, n := exprRef(e.Verdict); s.Verdict && k == kind && n == name {
 					return "an element of map " + s.Name
 				}
 			}
 		}
 	}
 	return ""
+}
+
+// exprRef is what an expression names: ("chain", name) for a jump or
+// goto, ("set", name) for a set or map lookup, else nothing.
+func exprRef(e Expr) (kind, name string) {
+	switch e := e.(type) {
+	case Verdict:
+		if e.Kind == Jump || e.Kind == Goto {
+			return "chain", e.Chain
+		}
+	case AddrInSet:
+		return "set", e.Set
+	case AddrVmap:
+		return "set", e.Map
+	case AddrProtoPortInSet:
+		return "set", e.Set
+	case AddrProtoPortVmap:
+		return "set", e.Map
+	}
+	return "", ""
 }
 
 // checkRefs refuses a table in which a rule or a verdict map element
@@ -417,29 +422,19 @@ func checkRefs(t, before *Table) error {
 		}
 		return fmt.Errorf("no %s %s: %w", kind, name, syscall.ENOENT)
 	}
-	verdict := func(v Verdict) error {
-		if v.Kind == Jump || v.Kind == Goto {
-			return missing("chain", v.Chain, chains)
+	ref := func(e Expr) error {
+		switch kind, name := exprRef(e); kind {
+		case "chain":
+			return missing(kind, name, chains)
+		case "set":
+			return missing(kind, name, sets)
 		}
 		return nil
 	}
 	for _, c := range t.Chains {
 		for i, r := range c.Rules {
 			for _, e := range r.Exprs {
-				var err error
-				switch e := e.(type) {
-				case Verdict:
-					err = verdict(e)
-				case AddrInSet:
-					err = missing("set", e.Set, sets)
-				case AddrVmap:
-					err = missing("set", e.Map, sets)
-				case AddrProtoPortInSet:
-					err = missing("set", e.Set, sets)
-				case AddrProtoPortVmap:
-					err = missing("set", e.Map, sets)
-				}
-				if err != nil {
+				if err := ref(e); err != nil {
 					return fmt.Errorf("chain %s rule %d (%s): %w", c.Name, i, RenderRule(r), err)
 				}
 			}
@@ -450,7 +445,7 @@ func checkRefs(t, before *Table) error {
 			continue
 		}
 		for _, e := range s.Elements {
-			if err := verdict(e.Verdict); err != nil {
+			if err := ref(e.Verdict); err != nil {
 				return fmt.Errorf("map %s element %s: %w", s.Name, renderElement(s, e), err)
 			}
 		}
