@@ -880,20 +880,28 @@ func TestHostileCNPWorldColliding(t *testing.T) {
 					snap := w.snapshot()
 					where := fmt.Sprintf("step %d (%s); history %q", step, event, history)
 					got, _ := inc.Compile(snap, DefaultPriority)
-					if prev != nil {
-						if d := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(inc.Delta())); d != "" {
-							t.Fatalf("%s: Delta differs from nft.Diff (-Diff +Delta):\n%s", where, d)
-						}
-					}
+					hwCheckTable(t, where, inc, prev, got)
 					prev = got
-					requireUniqueNames(t, got)
-					if err := got.Validate(); err != nil {
-						t.Fatalf("%s: table invalid: %v", where, err)
-					}
 					hwReport(t, where+": table vs reference", hwCheckReference(t, got, snap), snap, got)
 					hwReport(t, where+": explain", hwCheckExplain(t, inc, got, snap), snap, got)
 				}
 			})
 		}
+	}
+}
+
+// hwCheckTable holds a compile c just made (got, after prev) to what
+// every step must be: its Delta is nft.Diff's, its names are unique and
+// the table is valid.
+func hwCheckTable(t *testing.T, where string, c *Compiler, prev, got *nft.Table) {
+	t.Helper()
+	if prev != nil {
+		if d := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(c.Delta())); d != "" {
+			t.Fatalf("%s: Delta differs from nft.Diff (-Diff +Delta):\n%s", where, d)
+		}
+	}
+	requireUniqueNames(t, got)
+	if err := got.Validate(); err != nil {
+		t.Fatalf("%s: table invalid: %v", where, err)
 	}
 }
