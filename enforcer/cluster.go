@@ -144,9 +144,9 @@ type clusterGroup struct {
 	// each of their rules.
 	classes map[string]*nft.Chain
 	refs    map[string][]ClusterRuleRef
-	laidOut bool
 	// classBySig names, by family, the class chain of each class (its
-	// sig), for the pairs whose Pass goes on to it; gen counts layouts.
+	// sig), for the pairs whose Pass goes on to it; gen counts layouts
+	// (0: not laid out yet).
 	classBySig []map[string]string
 	gen        int
 }
@@ -495,6 +495,9 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 			c.acquirePeersName(key)
 			wide = namesEveryNamespace(parsed)
 		}
+		lookup := func(f nft.IPFamily) nft.Expr {
+			return nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(key, f)}
+		}
 		for _, pm := range ports {
 			switch {
 			case pm.named != nil:
@@ -502,7 +505,7 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 				for _, f := range families {
 					named := []nft.Expr{nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(*pm.named, f)}}
 					if wide {
-						add(append([]nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(key, f)}}, named...), "", f)
+						add(append([]nft.Expr{lookup(f)}, named...), "", f)
 						continue
 					}
 					add(named, peer, f)
@@ -511,7 +514,7 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 				for _, f := range families {
 					// Protocol and port first: two comparisons that fail
 					// most packets cost less than the set lookup.
-					add(append(slices.Clone(pm.exprs), nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(key, f)}), "", f)
+					add(append(slices.Clone(pm.exprs), lookup(f)), "", f)
 				}
 			default:
 				add(slices.Clone(pm.exprs), peer, 0)
@@ -656,7 +659,7 @@ func (c *Compiler) refreshCluster(ch *changes) {
 	// Then the layouts: of each new group, and of each whose peer sets
 	// changed (a pod came or went anywhere in the cluster).
 	for _, g := range c.groups {
-		if !g.laidOut || g.reads(c.changedPeers) {
+		if g.gen == 0 || g.reads(c.changedPeers) {
 			c.layoutGroup(g)
 		}
 	}
@@ -839,13 +842,13 @@ func (c *Compiler) layoutGroup(g *clusterGroup) {
 		c.putSet(g.maps[i])
 	}
 	c.putLayout(g, old)
-	g.gen++
 }
 
 // putLayout puts a (re)laid out group's chains in the table: the entry
 // chains the first time, the class chains that are new or changed, and
-// drops those of old it no longer has.
+// drops those of old it no longer has. It counts the layout (gen).
 func (c *Compiler) putLayout(g *clusterGroup, old map[string]*nft.Chain) {
+	first := g.gen == 0
 	for name := range old {
 		if g.classes[name] == nil {
 			c.dropChain(name)
@@ -854,18 +857,18 @@ func (c *Compiler) putLayout(g *clusterGroup, old map[string]*nft.Chain) {
 	for name, ch := range g.classes {
 		// A name stays with its class unless short hashes collide, when
 		// the numbering may give it another.
-		if prev := old[name]; prev == nil || !g.laidOut || !slices.EqualFunc(prev.Rules, ch.Rules, nft.Rule.Equal) {
+		if prev := old[name]; prev == nil || first || !slices.EqualFunc(prev.Rules, ch.Rules, nft.Rule.Equal) {
 			c.putChain(clusterSortKey(g)+name, ch)
 		}
 	}
-	if !g.laidOut {
+	if first {
 		for _, ch := range g.chains {
 			if ch != nil {
 				c.putChain(clusterSortKey(g)+ch.Name, ch)
 			}
 		}
 	}
-	g.laidOut = true
+	g.gen++
 }
 
 // classMap is the class map of an entry chain.
@@ -887,6 +890,20 @@ type classPiece struct {
 	first, last netip.Addr
 	rules       []int
 	sig         string
+}
+
+// appendSig spells one more rule index of a class.
+func appendSig(sig []byte, k int) []byte {
+	return append(strconv.AppendInt(sig, int64(k), 10), ',')
+}
+
+// sigOf spells a class of rule indices, each less offset.
+func sigOf(rules []int, offset int) string {
+	var sig []byte
+	for _, k := range rules {
+		sig = appendSig(sig, k-offset)
+	}
+	return string(sig)
 }
 
 func (p classPiece) element(chain string) nft.Element {
@@ -935,8 +952,7 @@ func (c *Compiler) classPieces(rules []tierRule, f nft.IPFamily) []classPiece {
 		sig = sig[:0]
 		for k, on := range active {
 			if on {
-				sig = strconv.AppendInt(sig, int64(k), 10)
-				sig = append(sig, ',')
+				sig = appendSig(sig, k)
 			}
 		}
 		if len(sig) == 0 {
@@ -1005,7 +1021,7 @@ func (c *Compiler) classNames(entry string, pieces []classPiece) map[string]stri
 // dropGroup takes g's chains and maps out of the table.
 func (c *Compiler) dropGroup(g *clusterGroup) {
 	for i, ch := range g.chains {
-		if ch != nil && g.laidOut {
+		if ch != nil && g.gen > 0 {
 			c.dropChain(ch.Name)
 			c.dropSet(g.maps[i].Name)
 		}
@@ -1234,34 +1250,25 @@ func (c *Compiler) layoutPair(p *pair) {
 			baseline = p.baseline.rules[i]
 		}
 		pieces := c.classPieces(append(slices.Clip(admin), baseline...), f)
-		// A piece's Admin rules are its first indices; the rest, less
-		// len(admin), are its Baseline class.
+		// A piece's Admin rules are its first indices (up to cuts[j]); the
+		// rest, less len(admin), are its Baseline class, whose chain is
+		// next[j] ("" for none).
 		var own []classPiece
-		next := make([]string, len(pieces)) // the baseline class chain of each piece, if any
+		cuts := make([]int, len(pieces))
+		next := make([]string, len(pieces))
 		for j, pc := range pieces {
-			cut := 0
-			for cut < len(pc.rules) && pc.rules[cut] < len(admin) {
-				cut++
+			cuts[j], _ = slices.BinarySearch(pc.rules, len(admin))
+			if cuts[j] < len(pc.rules) {
+				next[j] = p.baseline.classBySig[i][sigOf(pc.rules[cuts[j]:], len(admin))]
 			}
-			if cut < len(pc.rules) {
-				var sig []byte
-				for _, k := range pc.rules[cut:] {
-					sig = strconv.AppendInt(sig, int64(k-len(admin)), 10)
-					sig = append(sig, ',')
-				}
-				next[j] = p.baseline.classBySig[i][string(sig)]
-			}
-			if cut > 0 {
+			if cuts[j] > 0 {
 				own = append(own, pc)
 			}
 		}
 		names := c.classNames(entry.Name, own)
 		elems := make([]nft.Element, len(pieces))
 		for j, pc := range pieces {
-			cut := 0
-			for cut < len(pc.rules) && pc.rules[cut] < len(admin) {
-				cut++
-			}
+			cut := cuts[j]
 			if cut == 0 {
 				elems[j] = pc.element(next[j])
 				continue
@@ -1312,8 +1319,8 @@ func pairRule(r nft.Rule, action, next string) nft.Rule {
 	return r
 }
 
-// stale reports whether p's groups are no longer the ones in use, or
-// were laid out again since p was.
+// pairStale reports whether p's groups are no longer the ones in use
+// (gone), or were laid out again since p was (relaid).
 func (c *Compiler) pairStale(p *pair) (gone, relaid bool) {
 	if c.groups[p.admin.key] != p.admin || (p.baseline != nil && c.groups[p.baseline.key] != p.baseline) {
 		return true, false

@@ -559,7 +559,7 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 		flowID = ""
 	}
 	next := &podChain{pod: pd, flowID: flowID, policies: policies, flat: c.flatLayout(pd.namespace) && len(policies) > 0}
-	if len(selecting) == 0 && !pd.quarantined && tiers.admin != nil {
+	if tiersAlone(selecting, pd, tiers) && tiers.admin != nil {
 		next.pair = c.acquirePair(tiers)
 	}
 	var stage []nft.Rule
@@ -608,6 +608,13 @@ func (pc *podChain) release(c *Compiler) {
 		c.releaseUnion(k)
 	}
 	pc.use = nil
+}
+
+// tiersAlone reports whether cluster policies alone judge pd in a
+// direction: some tier does, no NetworkPolicy isolates it, and it is not
+// quarantined (which isolates it with nothing allowed).
+func tiersAlone(policyChains []string, pd *pod, tiers podTiers) bool {
+	return len(policyChains) == 0 && !pd.quarantined && tiers != (podTiers{})
 }
 
 // clearBitsRule starts every pod chain: our bits are set by our policy
@@ -685,7 +692,7 @@ func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
 // in place of the jumps, and the allowed return counts what it allows.
 func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, stage []nft.Rule, flat bool, tiers podTiers, pair *pair, flowID string) *nft.Chain {
 	selfRules := c.selfRules(pd, d)
-	if len(policyChains) == 0 && !pd.quarantined && tiers != (podTiers{}) {
+	if tiersAlone(policyChains, pd, tiers) {
 		// The tiers alone: the pair of them, or the Baseline tier alone.
 		// Neither sets our bit, so there is none to clear.
 		ch := &nft.Chain{Name: name, Rules: selfRules}
@@ -704,10 +711,6 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		selfRules = nil
 	}
 	ch.Rules = append(ch.Rules, c.adminTierRules(pd, tiers)...)
-	if len(policyChains) == 0 && !pd.quarantined {
-		ch.Rules = append(ch.Rules, baselineTierRules(pd, tiers)...)
-		return ch
-	}
 	switch {
 	case flat:
 		ch.Rules = append(ch.Rules, stage...)
