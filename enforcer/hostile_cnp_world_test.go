@@ -626,46 +626,37 @@ func hwCheckExplain(t *testing.T, c *Compiler, table *nft.Table, snap *k8s.Snaps
 	ref := reference.New(snap, testNode)
 	tracer := nft.NewTracer(table)
 	var diffs []string
-	addrs := hwAddrs(snap)
-	for _, src := range addrs {
-		for _, dst := range addrs {
-			if src.Is4() != dst.Is4() || src == dst {
-				continue
-			}
-			for _, cc := range hwConns {
-				pkt, conn := hwPacket(src, dst, cc, false)
-				x, err := c.Explain(table, pkt)
-				if err != nil {
-					diffs = append(diffs, fmt.Sprintf("%v→%v: explain error %v", src, dst, err))
-					continue
-				}
-				res, _ := tracer.Trace(forwardChainName(), pkt)
-				if x.To.OwnNode {
-					res = nft.TraceResult{Verdict: nft.Accept}
-					if slices.ContainsFunc(table.Chains, func(ch *nft.Chain) bool { return ch.Name == inputChainName() }) {
-						res, _ = tracer.Trace(inputChainName(), pkt)
-					}
-					if x.Verdict != res.Verdict || (x.Egress != nil && x.Egress.Allowed() != (res.Verdict == nft.Accept)) {
-						diffs = append(diffs, fmt.Sprintf("%v→own node %v %s/%d: explained %s, input trace %s\n%s", src, dst, pkt.Proto, pkt.Dport, x.Verdict, res.Verdict, indent(x.String())))
-					}
-					continue
-				}
-				var why []string
-				if x.Verdict != res.Verdict {
-					why = append(why, fmt.Sprintf("verdict %s, trace %s", x.Verdict, res.Verdict))
-				}
-				if both := (x.Egress == nil || x.Egress.Allowed()) && (x.Ingress == nil || x.Ingress.Allowed()); both != (x.Verdict == nft.Accept) {
-					why = append(why, fmt.Sprintf("sides allow=%v, verdict %s", both, x.Verdict))
-				}
-				e, i := ref.Decide(conn)
-				why = append(why, hwCompareSide("egress", x.Egress, e)...)
-				why = append(why, hwCompareSide("ingress", x.Ingress, i)...)
-				if len(why) > 0 {
-					diffs = append(diffs, fmt.Sprintf("%v→%v %s/%d: %s\n%s", src, dst, pkt.Proto, pkt.Dport, strings.Join(why, "; "), indent(x.String())))
-				}
-			}
+	hwEachProbe(snap, func(src, dst netip.Addr, pkt nft.Packet, conn reference.Conn) {
+		x, err := c.Explain(table, pkt)
+		if err != nil {
+			diffs = append(diffs, fmt.Sprintf("%v→%v: explain error %v", src, dst, err))
+			return
 		}
-	}
+		res, _ := tracer.Trace(forwardChainName(), pkt)
+		if x.To.OwnNode {
+			res = nft.TraceResult{Verdict: nft.Accept}
+			if slices.ContainsFunc(table.Chains, func(ch *nft.Chain) bool { return ch.Name == inputChainName() }) {
+				res, _ = tracer.Trace(inputChainName(), pkt)
+			}
+			if x.Verdict != res.Verdict || (x.Egress != nil && x.Egress.Allowed() != (res.Verdict == nft.Accept)) {
+				diffs = append(diffs, fmt.Sprintf("%v→own node %v %s/%d: explained %s, input trace %s\n%s", src, dst, pkt.Proto, pkt.Dport, x.Verdict, res.Verdict, indent(x.String())))
+			}
+			return
+		}
+		var why []string
+		if x.Verdict != res.Verdict {
+			why = append(why, fmt.Sprintf("verdict %s, trace %s", x.Verdict, res.Verdict))
+		}
+		if both := (x.Egress == nil || x.Egress.Allowed()) && (x.Ingress == nil || x.Ingress.Allowed()); both != (x.Verdict == nft.Accept) {
+			why = append(why, fmt.Sprintf("sides allow=%v, verdict %s", both, x.Verdict))
+		}
+		e, i := ref.Decide(conn)
+		why = append(why, hwCompareSide("egress", x.Egress, e)...)
+		why = append(why, hwCompareSide("ingress", x.Ingress, i)...)
+		if len(why) > 0 {
+			diffs = append(diffs, fmt.Sprintf("%v→%v %s/%d: %s\n%s", src, dst, pkt.Proto, pkt.Dport, strings.Join(why, "; "), indent(x.String())))
+		}
+	})
 	return diffs
 }
 
@@ -722,80 +713,71 @@ func hwCheckCounters(t *testing.T, c *Compiler, table *nft.Table, snap *k8s.Snap
 		byName[ch.Name] = ch
 	}
 	var diffs []string
-	addrs := hwAddrs(snap)
-	for _, src := range addrs {
-		for _, dst := range addrs {
-			if src.Is4() != dst.Is4() || src == dst {
+	hwEachProbe(snap, func(src, dst netip.Addr, pkt nft.Packet, conn reference.Conn) {
+		res, err := tracer.Trace(forwardChainName(), pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted := map[string][]CountKey{}
+		for _, step := range res.Path {
+			name, rest, _ := strings.Cut(step, ": ")
+			keys, ok := rules[name]
+			if !ok {
 				continue
 			}
-			for _, cc := range hwConns {
-				pkt, conn := hwPacket(src, dst, cc, false)
-				res, err := tracer.Trace(forwardChainName(), pkt)
-				if err != nil {
-					t.Fatal(err)
+			ch := byName[name]
+			k := -1
+			n := 0
+			for _, r := range ch.Rules {
+				has := slices.Contains(r.Exprs, nft.Expr(nft.Counter{}))
+				if strings.HasPrefix(rest, nft.RenderRule(r)) && (rest == nft.RenderRule(r) || strings.HasPrefix(rest, nft.RenderRule(r)+" -> ")) {
+					if has {
+						k = n
+					}
+					break
 				}
-				counted := map[string][]CountKey{}
-				for _, step := range res.Path {
-					name, rest, _ := strings.Cut(step, ": ")
-					keys, ok := rules[name]
-					if !ok {
-						continue
-					}
-					ch := byName[name]
-					k := -1
-					n := 0
-					for _, r := range ch.Rules {
-						has := slices.Contains(r.Exprs, nft.Expr(nft.Counter{}))
-						if strings.HasPrefix(rest, nft.RenderRule(r)) && (rest == nft.RenderRule(r) || strings.HasPrefix(rest, nft.RenderRule(r)+" -> ")) {
-							if has {
-								k = n
-							}
-							break
-						}
-						if has {
-							n++
-						}
-					}
-					if k < 0 {
-						continue
-					}
-					if k >= len(keys) {
-						diffs = append(diffs, fmt.Sprintf("%v→%v: chain %s counted rule %d of %d keys", src, dst, name, k, len(keys)))
-						continue
-					}
-					if keys[k].Tier == "" {
-						continue
-					}
-					counted[keys[k].Direction] = append(counted[keys[k].Direction], keys[k])
-				}
-				e, i := ref.Decide(conn)
-				for _, side := range []struct {
-					dir string
-					d   *reference.Decision
-				}{{"egress", e}, {"ingress", i}} {
-					var want []CountKey
-					if side.d != nil {
-						for _, p := range side.d.Passed {
-							want = append(want, CountKey{Policy: p.Policy, Direction: side.dir, Tier: strings.ToLower(string(p.Tier)), Rule: p.Rule, Action: "Pass"})
-						}
-						if side.d.Tier == reference.TierAdmin || side.d.Tier == reference.TierBaseline {
-							want = append(want, CountKey{Policy: side.d.Policy, Direction: side.dir, Tier: strings.ToLower(string(side.d.Tier)), Rule: side.d.Rule, Action: string(side.d.Action)})
-						}
-					}
-					got := counted[side.dir]
-					if side.d != nil && side.d.Tier == reference.TierQuarantine {
-						continue
-					}
-					if len(got) == 0 && res.Verdict == nft.Drop {
-						continue // the other side dropped first
-					}
-					if !slices.Equal(got, want) {
-						diffs = append(diffs, fmt.Sprintf("%v→%v %s/%d %s: counted %+v, reference decided %+v\n    %s", src, dst, pkt.Proto, pkt.Dport, side.dir, got, want, strings.Join(res.Path, "\n    ")))
-					}
+				if has {
+					n++
 				}
 			}
+			if k < 0 {
+				continue
+			}
+			if k >= len(keys) {
+				diffs = append(diffs, fmt.Sprintf("%v→%v: chain %s counted rule %d of %d keys", src, dst, name, k, len(keys)))
+				continue
+			}
+			if keys[k].Tier == "" {
+				continue
+			}
+			counted[keys[k].Direction] = append(counted[keys[k].Direction], keys[k])
 		}
-	}
+		e, i := ref.Decide(conn)
+		for _, side := range []struct {
+			dir string
+			d   *reference.Decision
+		}{{"egress", e}, {"ingress", i}} {
+			var want []CountKey
+			if side.d != nil {
+				for _, p := range side.d.Passed {
+					want = append(want, CountKey{Policy: p.Policy, Direction: side.dir, Tier: strings.ToLower(string(p.Tier)), Rule: p.Rule, Action: "Pass"})
+				}
+				if side.d.Tier == reference.TierAdmin || side.d.Tier == reference.TierBaseline {
+					want = append(want, CountKey{Policy: side.d.Policy, Direction: side.dir, Tier: strings.ToLower(string(side.d.Tier)), Rule: side.d.Rule, Action: string(side.d.Action)})
+				}
+			}
+			got := counted[side.dir]
+			if side.d != nil && side.d.Tier == reference.TierQuarantine {
+				continue
+			}
+			if len(got) == 0 && res.Verdict == nft.Drop {
+				continue // the other side dropped first
+			}
+			if !slices.Equal(got, want) {
+				diffs = append(diffs, fmt.Sprintf("%v→%v %s/%d %s: counted %+v, reference decided %+v\n    %s", src, dst, pkt.Proto, pkt.Dport, side.dir, got, want, strings.Join(res.Path, "\n    ")))
+			}
+		}
+	})
 	return diffs
 }
 
@@ -903,5 +885,23 @@ func hwCheckTable(t *testing.T, where string, c *Compiler, prev, got *nft.Table)
 	requireUniqueNames(t, got)
 	if err := got.Validate(); err != nil {
 		t.Fatalf("%s: table invalid: %v", where, err)
+	}
+}
+
+// hwEachProbe calls probe for every connection between two addresses of
+// snap of one family, forward (no DNAT), on every protocol and port of
+// hwConns.
+func hwEachProbe(snap *k8s.Snapshot, probe func(src, dst netip.Addr, pkt nft.Packet, conn reference.Conn)) {
+	addrs := hwAddrs(snap)
+	for _, src := range addrs {
+		for _, dst := range addrs {
+			if src.Is4() != dst.Is4() || src == dst {
+				continue
+			}
+			for _, cc := range hwConns {
+				pkt, conn := hwPacket(src, dst, cc, false)
+				probe(src, dst, pkt, conn)
+			}
+		}
 	}
 }
