@@ -185,7 +185,8 @@ type Compiler struct {
 	podChains map[podChainKey]*podChain // isolated local pods, by pod and direction
 	// nodeChains: local pods' chains for connections to this node (see node.go)
 	nodeChains map[objKey]*podChain
-	dispatch   []*nft.Set // the dispatch maps of the last table (dispatchMaps)
+	dispatch   []*nft.Set   // the dispatch maps of the last table (dispatchMaps)
+	ports      []*nft.Chain // portsChains, the same in every table
 
 	// What the next table lists beyond the base chain and the dispatch
 	// maps: policy and pod chains, and every other set.
@@ -331,13 +332,17 @@ func (c *Compiler) assemble(priority int32, ch *changes) *nft.Table {
 	t := &nft.Table{
 		Family: nft.FamilyInet,
 		Name:   c.opts.Table,
-		Chains: make([]*nft.Chain, 0, 1+c.chains.len()),
+		Chains: make([]*nft.Chain, 0, 4+c.chains.len()),
 		Sets:   make([]*nft.Set, 0, len(c.dispatch)+c.sets.len()),
 	}
 	t.Chains = append(t.Chains, c.forwardChain(priority))
 	if in := c.inputChain(); in != nil {
 		t.Chains = append(t.Chains, in)
 	}
+	if c.ports == nil {
+		c.ports = portsChains()
+	}
+	t.Chains = append(t.Chains, c.ports...)
 	t.Chains = c.chains.appendSorted(t.Chains)
 	t.Sets = c.sets.appendSorted(append(t.Sets, c.dispatch...))
 	return t

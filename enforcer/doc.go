@@ -45,7 +45,8 @@
 // connection to an isolated pod, ingress (egress swaps the addresses):
 //
 //	filter-forward      ip daddr vmap @ingress-pods-v4         hash: the pod's chain
-//	ingress-pod-…       ip daddr . meta l4proto . th dport     hash: the fragment of
+//	ingress-pod-…       jump ingress-ports
+//	ingress-ports       ip daddr . meta l4proto . th dport     hash: the fragment of
 //	                      vmap @ingress-ports-v4                this pod, protocol, port
 //	ingress-allow-<h>   ip saddr @peers-<h>-v4 → our bit        interval: the union's peers
 //	ingress-pod-…       ip saddr @peers-<a>-v4 → our bit        the rules without ports
@@ -59,7 +60,10 @@
 //     to the chain of its fragment: a hash lookup, which costs the same at
 //     ten elements or a hundred thousand. Keying it by the pod's address
 //     makes it one map for every pod of the node, and lets ingress named
-//     ports resolve on each pod's own container ports. A fragment's ports
+//     ports resolve on each pod's own container ports. It is asked from
+//     one chain per direction (ingress-ports, egress-ports) that pod
+//     chains jump to, so that the kernel's loop check walks the map once
+//     per commit, not once per pod chain (see portsChains). A fragment's ports
 //     are its elements one by one, up to maxExpanded of them; a wider one
 //     (a rule with a protocol and no port, an endPort range) is a rule of
 //     the pod chain that jumps to the same kind of chain, one per wide

@@ -316,14 +316,10 @@ func (c *Compiler) flatRules(pd *pod, d direction, plan *flatPlan, policies []*p
 		}
 		wide = append(wide, nft.Rule{Exprs: append(exprs, nft.Verdict{Kind: nft.Jump, Chain: chain}), Comment: "a wide port range"})
 	}
-	names := policyNames(policies)
-	for _, f := range families {
-		if !slices.ContainsFunc(elems, func(e nft.Element) bool { return nft.FamilyOf(e.Addr) == f }) {
-			continue
-		}
+	if len(elems) > 0 {
 		rules = append(rules, nft.Rule{
-			Exprs:   []nft.Expr{nft.AddrProtoPortVmap{Family: f, Field: d.podField, Map: portsMapName(d, f)}},
-			Comment: truncateComment(fmt.Sprintf("%s of %s", d.name, names)),
+			Exprs:   []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: portsChainName(d)}},
+			Comment: truncateComment(fmt.Sprintf("%s of %s", d.name, policyNames(policies))),
 		})
 	}
 	rules = append(rules, wide...)
@@ -354,6 +350,37 @@ func (c *Compiler) flatRules(pd *pod, d direction, plan *flatPlan, policies []*p
 	slices.SortFunc(elems, compareElements)
 	return rules, elems
 }
+
+// portsChains are the chains, one per direction, that ask the ports maps:
+// a flat pod chain with elements in them jumps to its direction's.
+//
+// The lookup sits in one shared chain, not in every pod chain, for the
+// kernel's sake: at each commit that adds a jump, a lookup or a verdict
+// element (nearly every one), nf_tables checks the whole table for loops,
+// and it walks every element of a verdict map once for each rule that
+// looks it up. With the lookup in each of 112 pod chains, that walk was
+// most of the ~5 ms every event's commit paid at 10k policies; a chain the
+// check has already seen at the same depth is not walked again (kernels
+// since late 2025), so one shared chain walks each map once. A packet
+// pays one more jump for it.
+func portsChains() []*nft.Chain {
+	var out []*nft.Chain
+	for _, d := range []direction{ingress, egress} {
+		ch := &nft.Chain{Name: portsChainName(d)}
+		for _, f := range families {
+			ch.Rules = append(ch.Rules, nft.Rule{
+				Exprs:   []nft.Expr{nft.AddrProtoPortVmap{Family: f, Field: d.podField, Map: portsMapName(d, f)}},
+				Comment: fmt.Sprintf("the %s fragment of the pod's address, protocol and port", d.name),
+			})
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
+// portsChainName is the chain of portsChains for d. Policy and pod chain
+// names hold a slash (namespace/name), allow chains a hash: none is this.
+func portsChainName(d direction) string { return d.name + "-ports" }
 
 // policyNames names the policies of a pod chain's comment: every one,
 // with how many there are first when it may be cut (truncateComment).

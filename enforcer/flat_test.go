@@ -47,7 +47,7 @@ func manyPolicies(k int) *k8s.Snapshot {
 // chains it reaches have as many rules with 100 policies as with 1, and
 // the chain jumps to no policy's chain.
 func TestFlatStageIsBoundedInPolicies(t *testing.T) {
-	type shape struct{ podRules, allowRules int }
+	type shape struct{ podRules, portsRules, allowRules int }
 	shapes := map[int]shape{}
 	for _, k := range []int{1, 10, 100} {
 		table, problems := Compile(manyPolicies(k), Options{Node: testNode})
@@ -70,10 +70,11 @@ func TestFlatStageIsBoundedInPolicies(t *testing.T) {
 		var s shape
 		s.podRules = len(pod.Rules)
 		for _, r := range pod.Rules {
-			if v, ok := jumpTarget(r); ok && !strings.Contains(v, "-allow-") {
-				t.Errorf("k=%d: x/a's chain jumps to %s, not a fragment chain", k, v)
+			if v, ok := jumpTarget(r); ok && !strings.Contains(v, "-allow-") && v != portsChainName(ingress) {
+				t.Errorf("k=%d: x/a's chain jumps to %s, neither a fragment chain nor the ports chain", k, v)
 			}
 		}
+		s.portsRules = len(chains[portsChainName(ingress)].Rules)
 		for _, ch := range table.Chains {
 			if strings.Contains(ch.Name, "-allow-") {
 				s.allowRules = max(s.allowRules, len(ch.Rules))
@@ -83,6 +84,46 @@ func TestFlatStageIsBoundedInPolicies(t *testing.T) {
 	}
 	if shapes[1] != shapes[100] || shapes[10] != shapes[100] {
 		t.Errorf("rules per packet path by number of policies: %+v; want the same for every number", shapes)
+	}
+}
+
+// Each ports map is looked up by one rule in the whole table, whatever
+// the number of flat pod chains: the kernel walks every element of a
+// verdict map once per rule that looks it up, at nearly every commit (see
+// portsChains), so a lookup per pod chain made every event's commit pay
+// pods × elements.
+func TestPortsMapsAreLookedUpOnce(t *testing.T) {
+	snap := cluster(
+		policy("x", "allow-a", selecting("a"), ingressRule(peers(nsPeer("y")), port(tcp, 80)), egressRule(peers(nsPeer("y")), port(udp, 53))),
+		policy("y", "allow-all", ingressRule(peers(nsPeer("x")), port(tcp, 8080)), egressRule(peers(nsPeer("z")), port(tcp, 443))),
+	)
+	table, problems := Compile(snap, Options{Node: testNode})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	lookups := map[string]int{}
+	jumps := 0
+	for _, ch := range table.Chains {
+		for _, r := range ch.Rules {
+			for _, e := range r.Exprs {
+				if m, ok := e.(nft.AddrProtoPortVmap); ok {
+					lookups[m.Map]++
+				}
+			}
+			if v, ok := jumpTarget(r); ok && (v == portsChainName(ingress) || v == portsChainName(egress)) {
+				jumps++
+			}
+		}
+	}
+	if jumps < 4 {
+		t.Fatalf("%d pod chains jump to a ports chain; the cluster has at least 4 flat pod chains with ports", jumps)
+	}
+	for _, d := range []direction{ingress, egress} {
+		for _, f := range families {
+			if n := lookups[portsMapName(d, f)]; n != 1 {
+				t.Errorf("%s is looked up by %d rules, want 1", portsMapName(d, f), n)
+			}
+		}
 	}
 }
 

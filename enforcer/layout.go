@@ -37,7 +37,10 @@ package enforcer
 // class chain of the rules whose peer may hold it, and the pod chain of
 // a pod no NetworkPolicy isolates goes to a pair of its two tiers
 // (tiers-…) with no mark rule (see "Cluster network policy" in doc.go).
-const Layout = 9
+// Version 10 asks the ports maps from one chain per direction
+// (ingress-ports, egress-ports) that flat pod chains jump to, in place of
+// a lookup in every pod chain (see portsChains).
+const Layout = 10
 
 // previousLayout is set, at link time only, by the tests of an upgrade
 // under probing (test/e2e), which need two builds whose layouts differ:
