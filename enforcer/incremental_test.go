@@ -54,6 +54,13 @@ func TestIncrementalMatchesFull(t *testing.T) {
 func checkIncremental(t *testing.T, inc *Compiler, opts Options, prev *nft.Table, snap *k8s.Snapshot, priority int32, where string) *nft.Table {
 	t.Helper()
 	got, gotProblems := inc.Compile(snap, priority)
+	return checkCompiled(t, inc, opts, prev, got, gotProblems, snap, priority, where)
+}
+
+// checkCompiled is checkIncremental's check of got and gotProblems, inc's
+// compile of snap.
+func checkCompiled(t *testing.T, inc *Compiler, opts Options, prev, got *nft.Table, gotProblems []Problem, snap *k8s.Snapshot, priority int32, where string) *nft.Table {
+	t.Helper()
 	want, wantProblems := NewCompiler(opts).Compile(snap, priority)
 	if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
 		t.Fatalf("%s: incremental table differs from a full compile (-full +incremental):\n%s", where, diff)
@@ -62,9 +69,17 @@ func checkIncremental(t *testing.T, inc *Compiler, opts Options, prev *nft.Table
 		t.Fatalf("%s: problems differ (-full +incremental):\n%s", where, diff)
 	}
 	requireUniqueElements(t, got)
-	if prev == nil {
-		return got
+	if prev != nil {
+		checkDelta(t, inc, prev, got, where)
 	}
+	return got
+}
+
+// checkDelta fails t unless inc's Delta, from prev to got (its last
+// compile), names what nft.Diff does and its exact set patches are the
+// sets' true difference.
+func checkDelta(t *testing.T, inc *Compiler, prev, got *nft.Table, where string) {
+	t.Helper()
 	delta := inc.Delta()
 	if diff := gocmp.Diff(deltaNames(nft.Diff(prev, got)), deltaNames(delta)); diff != "" {
 		t.Fatalf("%s: Delta differs from nft.Diff (-Diff +Delta):\n%s", where, diff)
@@ -78,7 +93,6 @@ func checkIncremental(t *testing.T, inc *Compiler, opts Options, prev *nft.Table
 			t.Fatalf("%s: set %s: exact update +%v -%v, the sets differ by +%v -%v", where, u.New.Name, u.Added, u.Removed, added, removed)
 		}
 	}
-	return got
 }
 
 // TestIncrementalSharesUnchanged checks that a table from a Compiler reuses
