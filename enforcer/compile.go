@@ -58,6 +58,11 @@ type Options struct {
 	// FlowLog logs the first packet of connections of logged namespaces
 	// to an nflog group (see flowlog.go); the zero value logs nothing.
 	FlowLog FlowLog
+	// DeferUnions lets an incremental compile leave a large new union of
+	// peer lists for the next compile to merge, asking its parts one by
+	// one meanwhile (see settle.go): an event's batch then carries no new
+	// union sets. SyncResult.Deferred says when a compile did.
+	DeferUnions bool
 }
 
 // A Problem is part of the snapshot the compiler could not use. The rest is
@@ -181,6 +186,9 @@ type Compiler struct {
 	// allowChains are the fragment chains of flat pod chains, by
 	// allowChainKey (see flat.go).
 	allowChains refCounted[string, *allowChain]
+	// deferred are the fragment chains asking their union's parts one by
+	// one, by allowChainKey (see settle.go).
+	deferred map[string]*allowChain
 
 	podChains map[podChainKey]*podChain // isolated local pods, by pod and direction
 	// nodeChains: local pods' chains for connections to this node (see node.go)
@@ -269,6 +277,7 @@ func NewCompiler(opts Options) *Compiler {
 		podTiers:       map[podChainKey]podTiers{},
 		nodes:          map[string]nodeView{},
 		podChains:      map[podChainKey]*podChain{},
+		deferred:       map[string]*allowChain{},
 		nodeChains:     map[objKey]*podChain{},
 		chainNames:     newNameRegistry(),
 		peerNames:      newNameRegistry(),
@@ -317,6 +326,7 @@ func (c *Compiler) Compile(snap *k8s.Snapshot, priority int32) (*nft.Table, []Pr
 	c.refreshCluster(ch)
 	c.refreshPortSets(ch)
 	c.refreshPodChains(ch)
+	c.settleDeferred()
 	c.refreshUnknown(snap.Nodes, ch)
 	t := c.assemble(priority, ch)
 	c.prevTable, c.lastTable = c.lastTable, t

@@ -202,6 +202,12 @@ type flatUse struct {
 type allowChain struct {
 	chain *nft.Chain
 	key   string // the union's peer key; "" for every address
+	// While deferred (see settle.go), the chain asks each of parts, which
+	// it holds, in place of their union, whose sets are not built yet;
+	// deferredAt is the compile that deferred it.
+	parts      []string
+	dir        direction
+	deferredAt uint64
 }
 
 func allowChainKey(d direction, key string, all bool) string {
@@ -224,20 +230,35 @@ func (c *Compiler) acquireAllowChain(d direction, plan *flatPlan, keys []string,
 		allow := []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
 		if all {
 			ch.Rules = []nft.Rule{{Exprs: allow, Comment: "every peer is allowed on these ports"}}
-		} else {
-			c.acquireUnion(plan, keys, ukey, nil)
-			for _, f := range families {
-				exprs := append([]nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(ukey, f)}}, allow...)
-				ch.Rules = append(ch.Rules, nft.Rule{Exprs: exprs, Comment: peersComment(ukey)})
-			}
-		}
-		c.putChain("3\x00"+k, ch)
-		if all {
+			c.putChain("3\x00"+k, ch)
 			return &allowChain{chain: ch}
 		}
-		return &allowChain{chain: ch, key: ukey}
+		ac := &allowChain{chain: ch, key: ukey, dir: d}
+		if c.holdUnion(plan, keys, ukey) {
+			ac.parts, ac.deferredAt = keys, c.call
+			c.deferred[k] = ac
+			ch.Rules = c.unionRules(d, keys)
+		} else {
+			ch.Rules = c.unionRules(d, []string{ukey})
+		}
+		c.putChain("3\x00"+k, ch)
+		return ac
 	})
 	return ac.chain.Name
+}
+
+// unionRules are a fragment chain's rules allowing the peers of keys in
+// d: per key, one set lookup per family that sets our bit and returns.
+func (c *Compiler) unionRules(d direction, keys []string) []nft.Rule {
+	var rules []nft.Rule
+	for _, key := range keys {
+		for _, f := range families {
+			exprs := []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(key, f)},
+				nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
+			rules = append(rules, nft.Rule{Exprs: exprs, Comment: peersComment(key)})
+		}
+	}
+	return rules
 }
 
 // releaseAllowChain drops one user of the fragment chain k; the last one
@@ -249,7 +270,11 @@ func (c *Compiler) releaseAllowChain(k string) {
 	}
 	c.dropChain(ac.chain.Name)
 	c.chainNames.release("allow\x00" + k)
-	if ac.key != "" {
+	switch {
+	case ac.parts != nil:
+		delete(c.deferred, k)
+		c.releaseParts(ac.parts)
+	case ac.key != "":
 		c.releaseUnion(ac.key)
 	}
 }

@@ -92,6 +92,10 @@ type SyncResult struct {
 
 	CompileTime time.Duration // snapshot to table
 	WriteTime   time.Duration // table to kernel, diff included
+	// Deferred counts the fragment chains this sync left asking their
+	// union's parts one by one (Options.DeferUnions): the next sync, of
+	// the same snapshot if nothing else changes, merges them.
+	Deferred int
 }
 
 // Sync compiles snap and programs it. On error the kernel keeps the table of
@@ -132,7 +136,7 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	// holds, so that it renders as what is programmed.
 	table.Comment = s.owner().Comment()
 	s.reportProblems(problems)
-	res := SyncResult{Table: table, CompileTime: time.Since(start)}
+	res := SyncResult{Table: table, CompileTime: time.Since(start), Deferred: s.compiler.deferredNow()}
 	s.mu.Lock()
 	prev := s.last
 	s.mu.Unlock()
@@ -572,6 +576,7 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 	var fireAt time.Time   // when timer fires; zero while it is stopped
 	var lastSync time.Time // the window after it: see the sync below
 	var lastEnd time.Time  // when the last sync ended
+	settling := false      // pending is synced again, to merge deferred unions
 	setTimer := func(d time.Duration) {
 		fireAt = time.Now().Add(d)
 		timer.Reset(d)
@@ -697,9 +702,16 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			}
 			syncStart := time.Now()
 			afterQuiet := syncStart.Sub(lastEnd) >= t.Debounce
+			merging := settling && pending == synced
+			settling = false
 			res, err := s.Sync(pending)
 			lastSync = time.Now()
 			lastEnd = lastSync
+			if err == nil && merging {
+				// Merging deferred unions is no change of the cluster:
+				// it opens no window for the next one.
+				lastSync = lastSync.Add(-t.Debounce)
+			}
 			if err == nil && res.Batch.Messages == 0 {
 				// A sync that wrote nothing cost the kernel nothing. After
 				// a quiet period it holds nothing back: a pod deleted at
@@ -733,6 +745,15 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			}
 			failures = 0
 			synced, pending = pending, nil
+			if res.Deferred > 0 {
+				// The sync left fragment chains asking their unions'
+				// parts one by one (Options.DeferUnions): a sync of the
+				// same snapshot merges them when this one's window ends.
+				// A change that comes first takes its place, and its sync
+				// merges them.
+				pending, deadline, settling = synced, time.Now().Add(t.MaxDelay), true
+				syncBy(lastSync.Add(t.Debounce))
+			}
 			if !watching {
 				s.WatchCommits()
 				forward = s.forwardChains()

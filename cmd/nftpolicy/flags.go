@@ -254,7 +254,8 @@ func newLogger(w io.Writer, level zapcore.Level, format string) *zap.Logger {
 func (c *config) options() enforcer.Options {
 	return enforcer.Options{Node: c.node, Table: c.table, MarkMask: c.markMask, TakeOver: c.takeOver, DenyUnknown: c.denyUnknown, PodCIDRs: c.podCIDRs,
 		Revoke:   c.conntrackCleanup, // the cleanup marks what the table then drops
-		Counters: c.counters, WalkPolicies: c.walkPolicies, FlowLog: c.flowLog}
+		Counters: c.counters, WalkPolicies: c.walkPolicies, FlowLog: c.flowLog,
+		DeferUnions: true} // run merges them when quiet (Syncer.Run); apply compiles once and never defers
 }
 
 // source names where snapshots come from, for logs.

@@ -37,7 +37,11 @@
 // It measures two ways in one run:
 //
 //  1. Sync called for each event, no debounce: the whole Sync, and its
-//     CompileTime and WriteTime, and the netlink messages per event.
+//     CompileTime and WriteTime, and the netlink messages per event. With
+//     -defer-unions (the default, as the daemon runs), an event whose sync
+//     left new unions of peer lists to merge later (enforcer.Options.
+//     DeferUnions) is followed by an untimed sync that merges them, as Run
+//     does once the cluster is quiet; the deferred column counts them.
 //  2. The daemon's loop, Syncer.Run with -debounce and -max-delay: each
 //     event's snapshot is sent on the updates channel, and the time is
 //     from the send until Status reports the sync done. Events are sent one
@@ -113,7 +117,7 @@ type config struct {
 	namespaces, pods, policies, local, events int
 	clusterPolicies                           int
 	timing                                    enforcer.Timing
-	walkPolicies                              bool
+	walkPolicies, deferUnions                 bool
 }
 
 func run() int {
@@ -125,6 +129,7 @@ func run() int {
 	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
 	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured events to this file")
+	flag.BoolVar(&cfg.deferUnions, "defer-unions", true, "let an event's sync leave new large unions of peer lists to the next sync (enforcer.Options.DeferUnions), as nftpolicy run does; the measured Sync is then followed by an untimed one that merges them, as Run does once the cluster is quiet")
 	flag.BoolVar(&cfg.walkPolicies, "walk-policies", false, "pod chains walk every selecting policy (enforcer.Options.WalkPolicies), the layout before the flat stage")
 	// The daemon's defaults (cmd/nftpolicy: --debounce, --max-delay).
 	flag.DurationVar(&cfg.timing.Debounce, "debounce", 100*time.Millisecond, "Run's debounce, for the second table")
@@ -200,7 +205,7 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	s := enforcer.NewSyncer(conn, enforcer.Options{Node: node, WalkPolicies: cfg.walkPolicies}, enforcer.PrioritySetting{Auto: true}, zap.NewNop())
+	s := enforcer.NewSyncer(conn, enforcer.Options{Node: node, WalkPolicies: cfg.walkPolicies, DeferUnions: cfg.deferUnions}, enforcer.PrioritySetting{Auto: true}, zap.NewNop())
 
 	start := time.Now()
 	first, err := s.Sync(base)
@@ -252,10 +257,10 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 // each writes a delta, and syncs base again after each kind. The messages
 // column is the mean netlink messages of an event's batch.
 func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, kinds []eventKind, events int) (table, error) {
-	t := table{header: []string{"event", "sync p50", "sync p99", "sync max", "compile p50", "compile p99", "write p50", "write p99", "mean messages"}}
+	t := table{header: []string{"event", "sync p50", "sync p99", "sync max", "compile p50", "compile p99", "write p50", "write p99", "mean messages", "deferred"}}
 	for _, kind := range kinds {
 		var syncs, compiles, writes []time.Duration
-		messages := 0
+		messages, deferred := 0, 0
 		cur := base
 		for i := range events {
 			if err := ctx.Err(); err != nil {
@@ -292,6 +297,18 @@ func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, ki
 			writes = append(writes, res.WriteTime)
 			messages += res.Batch.Messages
 			cur = next
+			if res.Deferred > 0 {
+				// Run merges them in a sync of its own once the cluster
+				// is quiet (or in the next event's): here, untimed.
+				deferred++
+				merged, err := s.Sync(next)
+				if err != nil {
+					return t, fmt.Errorf("%s #%d: merging deferred unions: %w", kind.name, i, err)
+				}
+				if merged.Batch.Messages == 0 || merged.Deferred > 0 {
+					return t, fmt.Errorf("%s #%d: the sync merging %d deferred unions wrote %d messages and deferred %d", kind.name, i, res.Deferred, merged.Batch.Messages, merged.Deferred)
+				}
+			}
 		}
 		if _, err := s.Sync(base); err != nil {
 			return t, fmt.Errorf("back to the base cluster after %s: %w", kind.name, err)
@@ -301,6 +318,7 @@ func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, ki
 			millis(percentile(compiles, 0.50)), millis(percentile(compiles, 0.99)),
 			millis(percentile(writes, 0.50)), millis(percentile(writes, 0.99)),
 			fmt.Sprintf("%.1f", float64(messages)/float64(events)),
+			fmt.Sprint(deferred),
 		})
 	}
 	return t, nil

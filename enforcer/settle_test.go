@@ -1,0 +1,200 @@
+package enforcer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nftpolicy/nftpolicy/k8s"
+	"github.com/nftpolicy/nftpolicy/nft"
+)
+
+// deferEveryUnion makes the test's small clusters defer every new union.
+func deferEveryUnion(t *testing.T) {
+	old := deferUnionElements
+	deferUnionElements = 0
+	t.Cleanup(func() { deferUnionElements = old })
+}
+
+// unionEdits is manyPolicies(k) edited step by step as the events bench
+// edits policies: step s moves the first port of one policy onto the port
+// of another, so that the two peer lists share a port no union covered.
+func unionEdits(k, steps int) []*k8s.Snapshot {
+	base := manyPolicies(k)
+	out := []*k8s.Snapshot{base}
+	cur := base
+	for s := range steps {
+		edited := fmt.Sprintf("team-%03d", (s*7)%k)
+		next := *cur
+		next.Policies = nil
+		for _, np := range cur.Policies {
+			if np.Namespace == "x" && np.Name == edited {
+				np = np.DeepCopy()
+				np.Spec.Ingress[0].Ports[0].Port = ptrTo(intstr.FromInt32(int32(1000 + (s*13+5)%k)))
+			}
+			next.Policies = append(next.Policies, np)
+		}
+		out = append(out, &next)
+		cur = &next
+	}
+	return out
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// A compile that defers new unions writes no union set, decides every
+// connection as the full compile does, and its Delta is the tables' true
+// difference; the next compile of the same snapshot gives exactly the full
+// compile's table.
+func TestDeferredUnionsDecideAsMergedThenSettle(t *testing.T) {
+	deferEveryUnion(t)
+	const k = 30
+	opts := Options{Node: testNode, DeferUnions: true}
+	inc := NewCompiler(opts)
+	var prev *nft.Table
+	deferredSteps := 0
+	ports := []uint16{0, 79, 80, 81, 5000, 5050}
+	for i := range k {
+		ports = append(ports, uint16(1000+i))
+	}
+	for step, snap := range unionEdits(k, 40) {
+		where := fmt.Sprintf("step %d", step)
+		got, gotProblems := inc.Compile(snap, DefaultPriority)
+		deferred := inc.deferredNow()
+		if step == 0 && deferred > 0 {
+			t.Fatalf("the first compile deferred %d unions", deferred)
+		}
+		if deferred == 0 {
+			prev = checkCompiled(t, inc, opts, prev, got, gotProblems, snap, DefaultPriority, where)
+			continue
+		}
+		deferredSteps++
+		if len(gotProblems) > 0 {
+			t.Fatalf("%s: %v", where, gotProblems)
+		}
+		requireUniqueElements(t, got)
+		checkDelta(t, inc, prev, got, where)
+		before := map[string]bool{}
+		for _, s := range prev.Sets {
+			before[s.Name] = true
+		}
+		for _, s := range got.Sets {
+			if !before[s.Name] && strings.HasPrefix(s.Comment, "peers "+unionPrefix) {
+				t.Errorf("%s: the deferring compile added union set %s (%s)", where, s.Name, s.Comment)
+			}
+		}
+		full, _ := NewCompiler(opts).Compile(snap, DefaultPriority)
+		for _, from := range allTestPods() {
+			for _, f := range families {
+				for _, proto := range []nft.Proto{nft.ProtoTCP, nft.ProtoUDP} {
+					for _, port := range ports {
+						p := nft.Packet{Src: addrOf(t, from, f), Dst: addrOf(t, "x/a", f), Proto: proto, Dport: port}
+						if d, want := traceAllowed(t, got, p), traceAllowed(t, full, p); d != want {
+							t.Errorf("%s: %s→x/a %s/%d: deferred allowed=%v, merged allowed=%v", where, from, proto, port, d, want)
+						}
+					}
+				}
+			}
+		}
+		if step%2 == 1 {
+			// Undone before the merge: the deferred chain goes, and
+			// with it what it held.
+			undone := checkIncremental(t, inc, opts, got, unionEdits(k, 40)[step-1], DefaultPriority, where+" (undone)")
+			if len(inc.deferred) > 0 {
+				t.Fatalf("%s: undone, %d fragment chains still wait for a union", where, len(inc.deferred))
+			}
+			got, _ = inc.Compile(snap, DefaultPriority)
+			checkDelta(t, inc, undone, got, where+" (redone)")
+		}
+		// The next compile, of the same snapshot, merges them.
+		prev = checkIncremental(t, inc, opts, got, snap, DefaultPriority, where+" (merged)")
+		if n := inc.deferredNow(); n > 0 {
+			t.Fatalf("%s: the merging compile deferred %d unions", where, n)
+		}
+	}
+	t.Logf("%d of 40 edits deferred a union", deferredSteps)
+	if deferredSteps < 5 {
+		t.Errorf("only %d of 40 edits deferred a union; the test edits to defer them", deferredSteps)
+	}
+}
+
+// Run merges deferred unions by itself, in a sync of the same snapshot
+// once the window of the sync that deferred them ends: every snapshot
+// ends up programmed as a full compile writes it.
+func TestRunMergesDeferredUnions(t *testing.T) {
+	deferEveryUnion(t)
+	f := nft.NewFake()
+	s := newSyncer(fakeKernel{f}, Options{Node: testNode, DeferUnions: true}, PrioritySetting{Auto: true}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	t.Cleanup(func() {
+		s.StopWatchingCommits()
+		s.Close()
+	})
+	var deferredSyncs, syncs int
+	s.OnSync(func(res SyncResult, err error) {
+		syncs++
+		if res.Deferred > 0 {
+			deferredSyncs++
+		}
+	})
+	snaps := unionEdits(30, 12)
+	updates := make(chan *k8s.Snapshot)
+	startRun(t, s, updates, Timing{Debounce: 50 * time.Millisecond, MaxDelay: time.Hour, Retry: time.Hour})
+	for i, snap := range snaps {
+		updates <- snap
+		eventually(t, fmt.Sprintf("snapshot %d programmed, its unions merged", i), func() bool {
+			gen, err := s.Status()
+			if err != nil || gen == 0 {
+				return false
+			}
+			want := mustCompile(t, snap)
+			drift, err := f.Drift(want)
+			return err == nil && drift == ""
+		})
+	}
+	if deferredSyncs == 0 {
+		t.Fatalf("no sync of %d deferred a union", syncs)
+	}
+	holds(t, s, f, snaps[len(snaps)-1])
+}
+
+// In the random worlds of TestIncrementalMatchesFull, with every new union
+// deferred: pods, namespaces and policies come and go while fragment
+// chains wait for their unions, and every compile that defers nothing
+// gives exactly the full compile's table.
+func TestDeferredUnionsInRandomWorlds(t *testing.T) {
+	deferEveryUnion(t)
+	deferred := 0
+	for seed := uint64(1); seed <= 10; seed++ {
+		w := newWorld(seed)
+		opts := Options{Node: testNode, DeferUnions: true}
+		inc := NewCompiler(opts)
+		var prev *nft.Table
+		for step := range 150 {
+			event := w.step()
+			snap := w.snapshot()
+			where := fmt.Sprintf("seed %d step %d (%s)", seed, step, event)
+			got, gotProblems := inc.Compile(snap, DefaultPriority)
+			if inc.deferredNow() == 0 {
+				prev = checkCompiled(t, inc, opts, prev, got, gotProblems, snap, DefaultPriority, where)
+				continue
+			}
+			// Later events come before any merge, as in a burst: the
+			// first compile that defers nothing has merged every union.
+			deferred++
+			requireUniqueElements(t, got)
+			if prev != nil {
+				checkDelta(t, inc, prev, got, where)
+			}
+			prev = got
+		}
+	}
+	t.Logf("%d compiles deferred a union", deferred)
+	if deferred == 0 {
+		t.Error("no compile deferred a union")
+	}
+}
