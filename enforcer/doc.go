@@ -87,6 +87,15 @@
 // namespace with flow logs, where each allowing rule is logged (and
 // counted) in its policy's chain.
 //
+// A union no fragment had before (a policy edit that takes one peer list
+// off a port others stay on) is new sets of thousands of intervals at 10k
+// policies, which the event's batch would wait on. With
+// Options.DeferUnions (on in `nftpolicy run`), the event's sync gives
+// such a fragment chain one lookup per peer list, in sets the table holds
+// already, and the next sync (Run schedules one of the same snapshot)
+// merges the union and gives the chain its one lookup: `nft list` may show
+// a fragment chain with a rule per peer list for that long (settle.go).
+//
 // Chains are static per policy and per pod; what churns is set content:
 // peer sets (interval sets holding pod IPs and ipBlock cidr minus except,
 // one per distinct peer list or union of them), named-port sets (address
@@ -226,7 +235,10 @@
 // reads the table back before it retries the delta or rewrites the table.
 // Run is the one place changes are coalesced (Timing): a change after a
 // quiet period is synced at once, changes within the window after a sync
-// go into one batch when it ends; it checks for drift periodically.
+// go into one batch when it ends; it checks for drift periodically. A
+// sync that deferred unions (see "Per packet") is followed, when its
+// window ends, by a sync of the same snapshot that merges them, unless a
+// change comes first; that merge opens no window of its own.
 //
 // The Syncer writes through a small interface (kernel.go), which
 // production fills with *nft.Conn and the root-free tests of Sync and Run
