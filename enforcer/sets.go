@@ -289,6 +289,7 @@ func (c *Compiler) refreshPeers(ch *changes) {
 		return
 	}
 	var unions []*peerSets
+	touched := map[string]bool{} // keys of the lists recomputed or patched
 	for e := range c.peers.values() {
 		if e.parts != nil {
 			unions = append(unions, e)
@@ -297,12 +298,19 @@ func (c *Compiler) refreshPeers(ch *changes) {
 		if !c.peersTouched(e, ch) {
 			continue
 		}
+		touched[e.key] = true
 		if len(ch.namespaces) > 0 || ch.nodes || !c.patchPeers(e, ch) {
 			c.computePeers(e)
 		}
 	}
-	// Then the unions, from their parts as they are now.
+	// Then the unions, from their parts as they are now. A union none of
+	// whose parts was touched is what it was: after a namespace change,
+	// merging every union again cost as much as all their parts, whether
+	// the namespace was in them or not.
 	for _, e := range unions {
+		if !slices.ContainsFunc(e.parts, func(k string) bool { return touched[k] }) {
+			continue
+		}
 		if len(ch.namespaces) > 0 || ch.nodes {
 			c.mergeUnion(e)
 		} else {
