@@ -189,6 +189,9 @@ type Compiler struct {
 	// deferred are the fragment chains asking their union's parts one by
 	// one, by allowChainKey (see settle.go).
 	deferred map[string]*allowChain
+	// wholeWrite: the Syncer writes this compile's table whole, so it
+	// defers no union (set before each Compile).
+	wholeWrite bool
 
 	podChains map[podChainKey]*podChain // isolated local pods, by pod and direction
 	// nodeChains: local pods' chains for connections to this node (see node.go)

@@ -23,8 +23,8 @@ import (
 // compile (Syncer.Run runs one of the same snapshot once the cluster is
 // quiet, unless a change comes first) merges the union and gives the
 // chain its one lookup, in a batch of its own that no event waits on. A
-// first compile never defers, so a fresh compile and a settled one
-// produce the same table.
+// first compile, or one whose table the Syncer writes whole, never
+// defers: a fresh compile and a settled one produce the same table.
 
 // deferUnionElements is the smallest union, in its parts' elements of
 // both families, worth deferring: smaller ones cost the kernel less than
@@ -37,7 +37,7 @@ var deferUnionElements = 1024
 // which releaseParts lets go. It reports whether it deferred.
 func (c *Compiler) holdUnion(plan *flatPlan, keys []string, ukey string) (deferred bool) {
 	_, built := c.peers.get(ukey)
-	if !c.opts.DeferUnions || c.call <= 1 || len(keys) < 2 || built {
+	if !c.opts.DeferUnions || c.call <= 1 || c.wholeWrite || len(keys) < 2 || built {
 		c.acquireUnion(plan, keys, ukey, nil)
 		return false
 	}
@@ -94,4 +94,12 @@ func (c *Compiler) deferredNow() int {
 		}
 	}
 	return n
+}
+
+// hasDeferred reports whether fragment chains of the last compile still
+// wait for their unions.
+func (s *Syncer) hasDeferred() bool {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	return len(s.compiler.deferred) > 0
 }

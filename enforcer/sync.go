@@ -130,6 +130,11 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	if err != nil {
 		return SyncResult{}, err
 	}
+	// A table written whole (nothing of ours known to be programmed)
+	// gains nothing by deferring unions: build them now (settle.go).
+	s.mu.Lock()
+	s.compiler.wholeWrite = s.last == nil
+	s.mu.Unlock()
 	start := time.Now()
 	table, problems := s.compiler.Compile(snap, prio)
 	// Every table, delta-written ones too, carries the record the kernel
@@ -577,6 +582,9 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 	var lastSync time.Time // the window after it: see the sync below
 	var lastEnd time.Time  // when the last sync ended
 	settling := false      // pending is synced again, to merge deferred unions
+	settleTimer := time.NewTimer(time.Hour)
+	settleTimer.Stop()
+	defer settleTimer.Stop()
 	setTimer := func(d time.Duration) {
 		fireAt = time.Now().Add(d)
 		timer.Reset(d)
@@ -748,11 +756,10 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 			if res.Deferred > 0 {
 				// The sync left fragment chains asking their unions'
 				// parts one by one (Options.DeferUnions): a sync of the
-				// same snapshot merges them when this one's window ends.
-				// A change that comes first takes its place, and its sync
-				// merges them.
-				pending, deadline, settling = synced, time.Now().Add(t.MaxDelay), true
-				syncBy(lastSync.Add(t.Debounce))
+				// same snapshot merges them once the cluster is quiet for
+				// a window. The timer holds nothing back: a change that
+				// comes first is synced as any other, and merges them.
+				settleTimer.Reset(min(t.Debounce, t.MaxDelay))
 			}
 			if !watching {
 				s.WatchCommits()
@@ -760,6 +767,14 @@ func (s *Syncer) Run(ctx context.Context, updates <-chan *k8s.Snapshot, t Timing
 				watching = true
 				foreign = s.foreignCommits()
 			}
+		case <-settleTimer.C:
+			// Merge the unions the last sync deferred, unless a change is
+			// due (its sync merges them) or nothing is left to merge.
+			if pending != nil || synced == nil || s.stopped() != nil || s.takenOver() != nil || !s.hasDeferred() {
+				continue
+			}
+			pending, deadline, settling = synced, time.Now(), true
+			setTimer(0)
 		case <-forward:
 			// Another table's forward chain may have taken our priority
 			// or moved ahead of us: re-place ours now, not at the next
