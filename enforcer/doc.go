@@ -236,9 +236,11 @@
 // Run is the one place changes are coalesced (Timing): a change after a
 // quiet period is synced at once, changes within the window after a sync
 // go into one batch when it ends; it checks for drift periodically. A
-// sync that deferred unions (see "Per packet") is followed, when its
-// window ends, by a sync of the same snapshot that merges them, unless a
-// change comes first; that merge opens no window of its own.
+// sync that deferred unions (see "Per packet") is followed, after the
+// shorter of Debounce and MaxDelay with no change pending, by a sync of
+// the same snapshot that merges them; a change that comes first is
+// synced as any other (its sync merges them), and the merge opens no
+// window of its own.
 //
 // The Syncer writes through a small interface (kernel.go), which
 // production fills with *nft.Conn and the root-free tests of Sync and Run

@@ -20,10 +20,10 @@ import (
 // union at once. The new fragment chain asks each of its parts' sets,
 // which the table already holds, one rule per part: it allows exactly the
 // peers the union would, at one lookup per part for a while. The next
-// compile (Syncer.Run runs one of the same snapshot once the cluster is
-// quiet, unless a change comes first) merges the union and gives the
-// chain its one lookup, in a batch of its own that no event waits on. A
-// first compile, or one whose table the Syncer writes whole, never
+// compile merges the union and gives the chain its one lookup: a change's
+// own, or one of the same snapshot that Syncer.Run runs a debounce later
+// when no change is pending, in a batch of its own that no event waits
+// on. A first compile, or one whose table the Syncer writes whole, never
 // defers: a fresh compile and a settled one produce the same table.
 
 // deferUnionElements is the smallest union, in its parts' elements of
