@@ -264,12 +264,7 @@ func TestHostileDeferRandomBursts(t *testing.T) {
 		var prev *nft.Table
 		var history []string
 		for step := range 70 {
-			var events []string
-			for n := 1 + w.r.IntN(3); n > 0; n-- {
-				events = append(events, w.step())
-			}
-			history = append(history, strings.Join(events, " + "))
-			snap := w.snapshot()
+			snap := w.burst(&history)
 			where := fmt.Sprintf("seed %d step %d (%s); last %q", seed, step, history[len(history)-1], history[max(0, len(history)-6):])
 			waiting := len(inc.deferred)
 			got, problems := inc.Compile(snap, DefaultPriority)

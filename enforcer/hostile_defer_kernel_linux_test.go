@@ -124,12 +124,7 @@ func hdKernelRandomSyncs(t *testing.T, seed uint64) {
 		return res.Table
 	}
 	for step := range 100 {
-		var events []string
-		for n := 1 + w.r.IntN(3); n > 0; n-- {
-			events = append(events, w.step())
-		}
-		history = append(history, strings.Join(events, " + "))
-		snap := w.snapshot()
+		snap := w.burst(&history)
 		sync(snap, step, history[len(history)-1])
 		if len(s.compiler.deferred) > 0 && w.r.IntN(2) == 0 {
 			rewrites++
@@ -222,6 +217,11 @@ func TestHostileDeferKernelPackets(t *testing.T) {
 			// The tracer's verdicts are the expectation: a probe blocked
 			// where they block is not tried again (and counted twice).
 			expect := netns.NewMatrix(netns.Keys(pods), true)
+			type traced struct {
+				pkt nft.Packet
+				tr  nft.TraceResult
+			}
+			traces := map[[2]string]traced{}
 			for _, from := range pods {
 				for _, to := range pods {
 					if from == to {
@@ -232,6 +232,7 @@ func TestHostileDeferKernelPackets(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					traces[[2]string{from.Key(), to.Key()}] = traced{pkt, tr}
 					expect.Set(from.Key(), to.Key(), tr.Verdict == nft.Accept)
 					for _, k := range hdCountedBy(s.compiler, res.Table, tr.Path) {
 						wantCounts[k]++
@@ -245,11 +246,8 @@ func TestHostileDeferKernelPackets(t *testing.T) {
 					if from == to {
 						continue
 					}
-					pkt := nft.Packet{Src: from.Addr(pr.family), Dst: to.Addr(pr.family), Proto: nft.ProtoTCP, Dport: uint16(pr.port)}
-					tr, err := tracer.Trace(forwardChainName(), pkt)
-					if err != nil {
-						t.Fatal(err)
-					}
+					pt := traces[[2]string{from.Key(), to.Key()}]
+					pkt, tr := pt.pkt, pt.tr
 					traced := tr.Verdict == nft.Accept
 					want := ref.Allowed(reference.Conn{Src: pkt.Src, Dst: pkt.Dst, Proto: nft.ProtoTCP, Port: pkt.Dport})
 					got := m.Get(from.Key(), to.Key())

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -259,6 +260,17 @@ func (w *hdWorld) step() string {
 		return "namespace add " + ns
 	}
 	return "nothing"
+}
+
+// burst takes one to three steps, as a burst of changes coalesced into
+// one sync, records them in history, and returns the snapshot after them.
+func (w *hdWorld) burst(history *[]string) *k8s.Snapshot {
+	var events []string
+	for n := 1 + w.r.IntN(3); n > 0; n-- {
+		events = append(events, w.step())
+	}
+	*history = append(*history, strings.Join(events, " + "))
+	return w.snapshot()
 }
 
 func (w *hdWorld) snapshot() *k8s.Snapshot {
