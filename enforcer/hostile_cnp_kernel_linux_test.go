@@ -281,11 +281,10 @@ func (x *hkExtra) event() string {
 		w.cnps[name] = x.adjacentCNP(name)
 		return "cnp ranges " + name
 	case 2: // renamed: same content, another name (its groups replaced)
-		names := slices.Sorted(maps.Keys(w.cnps))
-		if len(names) == 0 {
+		old, ok := w.someCNP()
+		if !ok {
 			return "nothing"
 		}
-		old := names[w.r.IntN(len(names))]
 		name := w.pickS(hkNames...)
 		p := w.cnps[old].DeepCopy()
 		delete(w.cnps, old)
@@ -293,11 +292,10 @@ func (x *hkExtra) event() string {
 		w.cnps[name] = p
 		return "cnp rename " + old + " to " + name
 	case 3: // duplicated under another name
-		names := slices.Sorted(maps.Keys(w.cnps))
-		if len(names) == 0 {
+		old, ok := w.someCNP()
+		if !ok {
 			return "nothing"
 		}
-		old := names[w.r.IntN(len(names))]
 		name := w.pickS(hkNames...)
 		p := w.cnps[old].DeepCopy()
 		p.Name = name
@@ -313,11 +311,10 @@ func (x *hkExtra) event() string {
 		clear(w.cnps)
 		return "cnps wiped"
 	case 5: // a subject that selects every pod, or none
-		names := slices.Sorted(maps.Keys(w.cnps))
-		if len(names) == 0 {
+		name, ok := w.someCNP()
+		if !ok {
 			return "nothing"
 		}
-		name := names[w.r.IntN(len(names))]
 		p := w.cnps[name].DeepCopy()
 		if w.r.IntN(2) == 0 {
 			p.Spec.Subject = cnpv1.ClusterNetworkPolicySubject{Namespaces: nsLabels()}

@@ -85,6 +85,16 @@ func newHWorld(seed uint64) *hworld {
 
 func (w *hworld) pickS(s ...string) string { return s[w.r.IntN(len(s))] }
 
+// someCNP is the name of a cluster policy of the world, picked at random
+// in name order; false when it has none.
+func (w *hworld) someCNP() (string, bool) {
+	names := slices.Sorted(maps.Keys(w.cnps))
+	if len(names) == 0 {
+		return "", false
+	}
+	return names[w.r.IntN(len(names))], true
+}
+
 func (w *hworld) randomNSLabels(ns string) map[string]string {
 	l := map[string]string{"ns": ns, "team": w.pickS("red", "blue")}
 	if w.r.IntN(4) == 0 {
@@ -305,11 +315,10 @@ func (w *hworld) step() string {
 		w.cnps[name] = w.randomCNP(name)
 		return "cnp set " + name
 	case 2: // edited in place: priority or subject or one rule's action
-		names := slices.Sorted(maps.Keys(w.cnps))
-		if len(names) == 0 {
+		name, ok := w.someCNP()
+		if !ok {
 			return "nothing"
 		}
-		name := names[w.r.IntN(len(names))]
 		p := w.cnps[name].DeepCopy()
 		switch w.r.IntN(4) {
 		case 0:

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -37,13 +34,7 @@ func (h *hdSyncs) snapshot() ([]SyncResult, []error) {
 
 func hdSyncer(t *testing.T, deferUnions bool) (*Syncer, *nft.Fake, *hdSyncs) {
 	t.Helper()
-	f := nft.NewFake()
-	s := newSyncer(fakeKernel{f}, Options{Node: testNode, DeferUnions: deferUnions}, PrioritySetting{Auto: true},
-		zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel+1)))
-	t.Cleanup(func() {
-		s.StopWatchingCommits()
-		s.Close()
-	})
+	s, f := newFakeSyncerWith(t, Options{Node: testNode, DeferUnions: deferUnions})
 	h := &hdSyncs{}
 	s.OnSync(func(res SyncResult, err error) {
 		h.mu.Lock()

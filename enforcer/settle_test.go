@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -35,7 +31,7 @@ func unionEdits(k, steps int) []*k8s.Snapshot {
 		for _, np := range cur.Policies {
 			if np.Namespace == "x" && np.Name == edited {
 				np = np.DeepCopy()
-				np.Spec.Ingress[0].Ports[0].Port = ptrTo(intstr.FromInt32(int32(1000 + (s*13+5)%k)))
+				np.Spec.Ingress[0].Ports[0] = port(tcp, int32(1000+(s*13+5)%k))
 			}
 			next.Policies = append(next.Policies, np)
 		}
@@ -44,8 +40,6 @@ func unionEdits(k, steps int) []*k8s.Snapshot {
 	}
 	return out
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // A compile that defers new unions writes no union set, decides every
 // connection as the full compile does, and its Delta is the tables' true
@@ -62,7 +56,8 @@ func TestDeferredUnionsDecideAsMergedThenSettle(t *testing.T) {
 	for i := range k {
 		ports = append(ports, uint16(1000+i))
 	}
-	for step, snap := range unionEdits(k, 40) {
+	snaps := unionEdits(k, 40)
+	for step, snap := range snaps {
 		where := fmt.Sprintf("step %d", step)
 		got, gotProblems := inc.Compile(snap, DefaultPriority)
 		deferred := inc.deferredNow()
@@ -104,7 +99,7 @@ func TestDeferredUnionsDecideAsMergedThenSettle(t *testing.T) {
 		if step%2 == 1 {
 			// Undone before the merge: the deferred chain goes, and
 			// with it what it held.
-			undone := checkIncremental(t, inc, opts, got, unionEdits(k, 40)[step-1], DefaultPriority, where+" (undone)")
+			undone := checkIncremental(t, inc, opts, got, snaps[step-1], DefaultPriority, where+" (undone)")
 			if len(inc.deferred) > 0 {
 				t.Fatalf("%s: undone, %d fragment chains still wait for a union", where, len(inc.deferred))
 			}
@@ -128,12 +123,7 @@ func TestDeferredUnionsDecideAsMergedThenSettle(t *testing.T) {
 // ends up programmed as a full compile writes it.
 func TestRunMergesDeferredUnions(t *testing.T) {
 	deferEveryUnion(t)
-	f := nft.NewFake()
-	s := newSyncer(fakeKernel{f}, Options{Node: testNode, DeferUnions: true}, PrioritySetting{Auto: true}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	t.Cleanup(func() {
-		s.StopWatchingCommits()
-		s.Close()
-	})
+	s, f := newFakeSyncerWith(t, Options{Node: testNode, DeferUnions: true})
 	var deferredSyncs, syncs int
 	s.OnSync(func(res SyncResult, err error) {
 		syncs++

@@ -130,11 +130,12 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	if err != nil {
 		return SyncResult{}, err
 	}
+	s.mu.Lock()
+	prev := s.last
+	s.mu.Unlock()
 	// A table written whole (nothing of ours known to be programmed)
 	// gains nothing by deferring unions: build them now (settle.go).
-	s.mu.Lock()
-	s.compiler.wholeWrite = s.last == nil
-	s.mu.Unlock()
+	s.compiler.wholeWrite = prev == nil
 	start := time.Now()
 	table, problems := s.compiler.Compile(snap, prio)
 	// Every table, delta-written ones too, carries the record the kernel
@@ -142,9 +143,6 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	table.Comment = s.owner().Comment()
 	s.reportProblems(problems)
 	res := SyncResult{Table: table, CompileTime: time.Since(start), Deferred: s.compiler.deferredNow()}
-	s.mu.Lock()
-	prev := s.last
-	s.mu.Unlock()
 	start = time.Now()
 	batch, err := s.write(table)
 	res.WriteTime = time.Since(start)

@@ -26,8 +26,14 @@ func (k fakeKernel) Watch(table string) (commitMonitor, error) { return k.Fake.M
 
 func newFakeSyncer(t *testing.T) (*Syncer, *nft.Fake) {
 	t.Helper()
+	return newFakeSyncerWith(t, Options{Node: testNode})
+}
+
+// newFakeSyncerWith is newFakeSyncer with opts.
+func newFakeSyncerWith(t *testing.T, opts Options) (*Syncer, *nft.Fake) {
+	t.Helper()
 	f := nft.NewFake()
-	s := newSyncer(fakeKernel{f}, Options{Node: testNode}, PrioritySetting{Auto: true}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	s := newSyncer(fakeKernel{f}, opts, PrioritySetting{Auto: true}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	t.Cleanup(func() {
 		s.StopWatchingCommits()
 		s.Close()
