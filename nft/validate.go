@@ -12,9 +12,10 @@ import (
 // Validate checks what the encoder relies on and the kernel would refuse
 // (EEXIST, EINVAL) for the whole batch: a known key type; every address
 // valid and of the key's family; in an interval set or address interval
-// verdict map, ranges that are well-formed, sorted and do not overlap; elsewhere no key twice; in a
-// verdict map, verdicts a map can hold. A set that fails is a compiler bug,
-// and is refused before anything is sent, naming the set and the element.
+// verdict map, ranges that are well-formed, sorted and do not overlap;
+// elsewhere no key twice; in a verdict map, verdicts a map can hold. A set
+// that fails is a compiler bug, and is refused before anything is sent,
+// naming the set and the element.
 //
 // An address . protocol . port interval verdict map (see AddrProtoPortVmap)
 // has elements in any order, each with well-formed ranges, no two
