@@ -394,7 +394,7 @@ func (c *Change) dispatchKeys(t *nft.Table) bool {
 				continue
 			}
 			if s, field, ok := dropsByAddress(r, sets); ok {
-				for _, el := range s.Elements {
+				for _, el := range s.All() {
 					rng := netipx.IPRangeFrom(el.Addr, el.Addr)
 					if el.Last.IsValid() {
 						rng = netipx.IPRangeFrom(el.Addr, el.Last)
@@ -419,7 +419,7 @@ func (c *Change) dispatchKeys(t *nft.Table) bool {
 						keys = src
 					}
 					if s := sets[e.Map]; s != nil {
-						for _, el := range s.Elements {
+						for _, el := range s.All() {
 							keys[el.Addr] = true
 						}
 					}

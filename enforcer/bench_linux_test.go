@@ -20,7 +20,7 @@ func BenchmarkKernelApply(b *testing.B) {
 	table, _ := Compile(snap, Options{Node: testNode})
 	elements := 0
 	for _, s := range table.Sets {
-		elements += len(s.Elements)
+		elements += s.Len()
 	}
 	b.Run(fmt.Sprintf("chains=%d/sets=%d/elements=%d", len(table.Chains), len(table.Sets), elements), func(b *testing.B) {
 		ns := testns.New(b, "nftbench")

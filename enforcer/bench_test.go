@@ -30,7 +30,7 @@ func BenchmarkCompile(b *testing.B) {
 			}
 			elements := 0
 			for _, s := range table.Sets {
-				elements += len(s.Elements)
+				elements += s.Len()
 			}
 			b.ReportMetric(float64(len(table.Chains)), "chains")
 			b.ReportMetric(float64(elements), "elements")

@@ -358,7 +358,7 @@ func TestClusterPolicySharesTierChains(t *testing.T) {
 	}
 	addr := netip.MustParseAddr("10.0.3.1")
 	for _, s := range table.Sets {
-		if s.Name == "egress-pods-v4" && slices.ContainsFunc(s.Elements, func(e nft.Element) bool { return e.Addr == addr }) {
+		if s.Name == "egress-pods-v4" && slices.ContainsFunc(s.List(), func(e nft.Element) bool { return e.Addr == addr }) {
 			t.Errorf("z/a, no subject for egress, is in %s", s.Name)
 		}
 	}

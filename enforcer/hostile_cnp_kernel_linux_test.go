@@ -87,10 +87,10 @@ func hkDeltaSummary(d *nft.Delta) string {
 		fmt.Fprintf(&b, "  rewrite chain %s (%d rules)\n", c.Name, len(c.Rules))
 	}
 	for _, s := range d.AddSets {
-		fmt.Fprintf(&b, "  add set %s (%d elements)\n", s.Name, len(s.Elements))
+		fmt.Fprintf(&b, "  add set %s (%d elements)\n", s.Name, s.Len())
 	}
 	for _, u := range d.UpdateSets {
-		fmt.Fprintf(&b, "  update set %s (%d -> %d elements, exact=%v, +%d -%d)\n", u.New.Name, len(u.Old.Elements), len(u.New.Elements), u.Exact, len(u.Added), len(u.Removed))
+		fmt.Fprintf(&b, "  update set %s (%d -> %d elements, exact=%v, +%d -%d)\n", u.New.Name, u.Old.Len(), u.New.Len(), u.Exact, len(u.Added), len(u.Removed))
 	}
 	for _, n := range d.DeleteSets {
 		fmt.Fprintf(&b, "  delete set %s\n", n)

@@ -88,7 +88,7 @@ func checkDelta(t *testing.T, inc *Compiler, prev, got *nft.Table, where string)
 		if !u.Exact {
 			continue
 		}
-		removed, added := elementDiff(u.Old.Elements, u.New.Elements)
+		removed, added := elementDiff(u.Old.List(), u.New.List())
 		if !sameElements(u.Removed, removed) || !sameElements(u.Added, added) {
 			t.Fatalf("%s: set %s: exact update +%v -%v, the sets differ by +%v -%v", where, u.New.Name, u.Added, u.Removed, added, removed)
 		}
@@ -204,7 +204,7 @@ func requireUniqueElements(t *testing.T, table *nft.Table) {
 	t.Helper()
 	for _, s := range table.Sets {
 		seen := map[nft.Element]bool{}
-		for _, e := range s.Elements {
+		for _, e := range s.All() {
 			key := nft.Element{Addr: e.Addr, Last: e.Last, Proto: e.Proto, Port: e.Port}
 			if seen[key] {
 				t.Fatalf("set %s holds %v twice", s.Name, key)

@@ -477,8 +477,9 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 // element stays while one of them does. The set's own sorted elements say
 // what is in it: at 150k pods an egress set has 300k elements, and a count
 // of every element took 16 MB (52 MB keyed by the whole element) and a
-// fifth of the first compile's time. Their users are the rules of active
-// policies matching against them.
+// fifth of the first compile's time. The sets keep their elements in
+// chunks (chunks.go), so that a patch copies only what it edits. Their
+// users are the rules of active policies matching against them.
 type portSets struct {
 	use    portUse
 	dups   map[nft.Element]int32 // pods giving an element beyond the first; usually empty (see memberPatch)
@@ -488,9 +489,8 @@ type portSets struct {
 
 // patchSorted returns a new sorted list: elems without removed, with
 // added (all three sorted and without repeats). One allocation, and the
-// runs between edits copied whole: the previous table keeps elems, and an
-// egress named-port set is 150k elements a family at 150k pods, which an
-// element-by-element merge took ~12 ms to copy for each pod event.
+// runs between edits copied whole (the previous table keeps elems): it
+// patches a chunk of a named-port set (patchChunks).
 func patchSorted(elems, removed, added []nft.Element) []nft.Element {
 	out := make([]nft.Element, 0, max(0, len(elems)-len(removed))+len(added))
 	i := 0 // elems[:i] are copied or dropped
@@ -576,11 +576,7 @@ func (c *Compiler) acquirePortSets(u portUse) {
 				part[kept] = el
 				kept++
 			}
-			var elems []nft.Element
-			if kept > 0 {
-				elems = slices.Clone(part[:kept])
-			}
-			e.sets[f] = e.newSet(f, elems)
+			e.sets[f] = e.newSet(f, chunked(part[:kept]))
 			c.putSet(e.sets[f])
 		}
 		return e
@@ -593,16 +589,16 @@ func (c *Compiler) releasePortSets(u portUse) {
 	}
 }
 
-func (e *portSets) newSet(f nft.IPFamily, elems []nft.Element) *nft.Set {
+func (e *portSets) newSet(f nft.IPFamily, chunks [][]nft.Element) *nft.Set {
 	whose := "every pod"
 	if e.use.ingress {
 		whose = "each pod of this node"
 	}
 	return &nft.Set{
-		Name:     namedPortSetName(e.use, f),
-		Comment:  fmt.Sprintf("named port %s/%s: address . protocol . port of %s serving it", e.use.name, e.use.proto, whose),
-		Key:      protoPortKey(f),
-		Elements: elems,
+		Name:    namedPortSetName(e.use, f),
+		Comment: fmt.Sprintf("named port %s/%s: address . protocol . port of %s serving it", e.use.name, e.use.proto, whose),
+		Key:     protoPortKey(f),
+		Chunks:  chunks,
 	}
 }
 
@@ -617,8 +613,7 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 			continue
 		}
 		mp := newMemberPatch(e.dups, func(el nft.Element) bool {
-			_, in := slices.BinarySearchFunc(e.sets[nft.FamilyOf(el.Addr)].Elements, el, compareElements)
-			return in
+			return searchChunks(e.sets[nft.FamilyOf(el.Addr)].Chunks, el)
 		})
 		for _, changed := range ch.pods {
 			for _, pc := range changed {
@@ -652,7 +647,7 @@ func (c *Compiler) refreshPortSets(ch *changes) {
 			slices.SortFunc(removed, compareElements)
 			slices.SortFunc(added, compareElements)
 			before := e.sets[f]
-			e.sets[f] = e.newSet(f, patchSorted(before.Elements, removed, added))
+			e.sets[f] = e.newSet(f, patchChunks(before.Chunks, removed, added))
 			c.putSet(e.sets[f])
 			// The delta can say exactly what changed, without comparing
 			// two sets of every pod in the cluster.

@@ -105,7 +105,7 @@ func (d *Delta) RecordSet(old, new *Set) {
 		d.DeleteSets = append(d.DeleteSets, old.Name)
 	case old.Key != new.Key || old.Interval != new.Interval || old.Verdict != new.Verdict || old.Comment != new.Comment:
 		*d = Delta{Full: true, Reason: "set " + new.Name + " changed its type, flags or comment"}
-	case !slices.Equal(old.Elements, new.Elements):
+	case !sameElements(old, new):
 		d.UpdateSets = append(d.UpdateSets, SetUpdate{Old: old, New: new})
 	}
 }
@@ -127,20 +127,20 @@ func (u SetUpdate) changes() (gone, came []Element) {
 // the writer deletes before it adds, so the kernel never sees the two
 // overlap.
 func diffElements(old, new *Set) (gone, came []Element) {
-	had := make(map[Element]bool, len(old.Elements))
-	for _, e := range old.Elements {
+	had := make(map[Element]bool, old.Len())
+	for _, e := range old.All() {
 		had[e.normalize()] = true
 	}
-	has := make(map[Element]bool, len(new.Elements))
-	for _, e := range new.Elements {
+	has := make(map[Element]bool, new.Len())
+	for _, e := range new.All() {
 		has[e.normalize()] = true
 	}
-	for _, e := range old.Elements {
+	for _, e := range old.All() {
 		if !has[e.normalize()] {
 			gone = append(gone, e)
 		}
 	}
-	for _, e := range new.Elements {
+	for _, e := range new.All() {
 		if !had[e.normalize()] {
 			came = append(came, e)
 		}

@@ -79,7 +79,7 @@ func elementDelta(old, new *Set, gone, came []Element) (del, add []nftables.SetE
 // and an end element one past its last address, plus a leading end element
 // at the zero address when the first range does not start there.
 func encodeElements(s *Set) ([]nftables.SetElement, error) {
-	out, err := encodeList(s, s.Elements)
+	out, err := encodeList(s, s.List())
 	if err != nil || !leadingEnd(s) {
 		return out, err
 	}
@@ -92,7 +92,13 @@ func encodeElements(s *Set) ([]nftables.SetElement, error) {
 // not start there: the kernel's interval tree needs the gap before the
 // first range closed.
 func leadingEnd(s *Set) bool {
-	return s.Interval && !s.Key.Concat() && len(s.Elements) > 0 && addrRangeOf(s.Elements[0]).From() != zeroAddr(s.Key.Family())
+	if !s.Interval || s.Key.Concat() {
+		return false
+	}
+	for _, first := range s.All() {
+		return addrRangeOf(first).From() != zeroAddr(s.Key.Family())
+	}
+	return false
 }
 
 // encodeList encodes elements of s (all of them or a part) without the

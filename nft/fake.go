@@ -239,7 +239,7 @@ func (f *Fake) applyLocked(t *Table, gen uint32) (BatchStats, error) {
 	st := BatchStats{Full: true, Messages: 3, ChainsWritten: len(t.Chains), Generation: f.gen}
 	for _, s := range t.Sets {
 		st.Messages++
-		st.ElementsAdded += len(s.Elements)
+		st.ElementsAdded += s.Len()
 	}
 	for _, c := range t.Chains {
 		st.Messages += 1 + len(c.Rules)
@@ -289,7 +289,7 @@ func applyDelta(old *Table, d *Delta) (*Table, BatchStats, error) {
 		}
 		t.Sets = append(t.Sets, cloneSet(s))
 		st.Messages++
-		st.ElementsAdded += len(s.Elements)
+		st.ElementsAdded += s.Len()
 	}
 	for _, u := range d.UpdateSets {
 		i := set(u.New.Name)
@@ -371,7 +371,7 @@ func referrer(t *Table, kind, name string) string {
 	}
 	if kind == "chain" {
 		for _, s := range t.Sets {
-			for _, e := range s.Elements {
+			for _, e := range s.All() {
 				if k, n := exprRef(e.Verdict); s.Verdict && k == kind && n == name {
 					return "an element of map " + s.Name
 				}
@@ -444,7 +444,7 @@ func checkRefs(t, before *Table) error {
 		if !s.Verdict {
 			continue
 		}
-		for _, e := range s.Elements {
+		for _, e := range s.All() {
 			if err := ref(e.Verdict); err != nil {
 				return fmt.Errorf("map %s element %s: %w", s.Name, renderElement(s, e), err)
 			}
@@ -615,7 +615,7 @@ func cloneTable(t *Table) *Table {
 
 func cloneSet(s *Set) *Set {
 	c := *s
-	c.Elements = slices.Clone(s.Elements)
+	c.Elements, c.Chunks = slices.Clone(s.List()), nil // the fake's own, edited in place
 	return &c
 }
 

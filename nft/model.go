@@ -335,6 +335,15 @@ type Set struct {
 	// or, with Interval, of ranges.
 	Verdict  bool
 	Elements []Element
+	// Chunks hold the elements instead of Elements, when a set is large
+	// and patched often: the elements are the chunks' one after the
+	// other, Elements is then empty. Two versions of a set share the
+	// chunks an edit did not touch, so that a pod event patching a
+	// named-port set of 300k elements copies a chunk, not the set (which
+	// was 26 MB an event at 150k pods). Chunks, like every part of a
+	// Table, are never edited once made: a patch makes new ones. Read a
+	// set's elements with Len, All and List, which see both forms.
+	Chunks [][]Element
 }
 
 // protoPortMap reports whether s is an address . protocol . port interval

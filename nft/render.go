@@ -57,9 +57,9 @@ func renderSet(b *strings.Builder, s *Set) {
 	if s.Comment != "" {
 		fmt.Fprintf(b, "\t\tcomment %q\n", s.Comment)
 	}
-	if len(s.Elements) > 0 {
+	if s.Len() > 0 {
 		b.WriteString("\t\telements = {")
-		for i, e := range s.Elements {
+		for i, e := range s.All() {
 			if i > 0 {
 				b.WriteString(",")
 			}
@@ -292,7 +292,7 @@ func RenderDelta(d *Delta, new *Table) string {
 			fmt.Fprintf(&b, " comment %q;", s.Comment)
 		}
 		b.WriteString(" }\n")
-		renderElements(&b, "add", tbl, s, s.Elements)
+		renderElements(&b, "add", tbl, s, s.List())
 	}
 	for _, u := range d.UpdateSets {
 		gone, came := u.changes()

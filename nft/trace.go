@@ -107,7 +107,8 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 				return "", fmt.Errorf("trace: chain %s: no map %s", c.Name, e.Map)
 			}
 			a := tr.addr(e.Field)
-			i := slices.IndexFunc(s.Elements, func(el Element) bool {
+			elems := s.List()
+			i := slices.IndexFunc(elems, func(el Element) bool {
 				if s.Interval {
 					return addrRangeOf(el).Contains(a)
 				}
@@ -116,10 +117,10 @@ func (tr *tracer) rule(c *Chain, r Rule, depth int) (VerdictKind, error) {
 			switch {
 			case i < 0:
 				return "", nil // a miss ends the rule
-			case s.Elements[i].Verdict.Kind == Continue:
+			case elems[i].Verdict.Kind == Continue:
 				continue // the rule goes on
 			}
-			return hit(s.Elements[i].Verdict)
+			return hit(elems[i].Verdict)
 		case AddrProtoPortVmap:
 			el, ok, err := tr.protoPortLookup(e)
 			if err != nil {
@@ -245,7 +246,7 @@ func (tr *tracer) protoPortLookup(e AddrProtoPortVmap) (Element, bool, error) {
 		el, ok := tr.exact[e.Map][exactKey{a, p.Proto, p.Dport}]
 		return el, ok, nil
 	}
-	for _, el := range s.Elements {
+	for _, el := range s.All() {
 		p0, p1 := el.protoRange()
 		q0, q1 := el.portRange()
 		if addrRangeOf(el).Contains(a) && p.Proto >= p0 && p.Proto <= p1 && p.Dport >= q0 && p.Dport <= q1 {
@@ -260,7 +261,7 @@ func (tr *tracer) lookup(name string, a netip.Addr, proto Proto, port uint16) bo
 	if s == nil {
 		return false
 	}
-	for _, e := range s.Elements {
+	for _, e := range s.All() {
 		switch {
 		case s.Key.Concat():
 			if e.Addr == a && e.Proto == proto && e.Port == port {

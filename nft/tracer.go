@@ -38,8 +38,8 @@ func NewTracer(t *Table) *Tracer {
 		if !s.exactProtoPortMap() {
 			continue
 		}
-		idx := make(map[exactKey]Element, len(s.Elements))
-		for _, e := range s.Elements {
+		idx := make(map[exactKey]Element, s.Len())
+		for _, e := range s.All() {
 			k := exactKey{e.Addr, e.Proto, e.Port}
 			if _, dup := idx[k]; !dup { // in a map Validate did not check, the first wins
 				idx[k] = e

@@ -33,6 +33,9 @@ func (s *Set) Validate() error {
 	if s.Key < KeyIPv4 || s.Key > KeyIPv6ProtoPort {
 		return fmt.Errorf("unknown key type %d", s.Key)
 	}
+	if len(s.Elements) > 0 && s.Chunks != nil {
+		return fmt.Errorf("elements both in Elements and in Chunks")
+	}
 	if s.Key.Concat() && s.Interval {
 		if !s.Verdict {
 			return fmt.Errorf("interval sets here hold plain addresses, or address . protocol . port ranges in a verdict map")
@@ -48,8 +51,9 @@ func (s *Set) Validate() error {
 		proto Proto
 		port  uint16
 	}
-	seen := make(map[key]int, len(s.Elements))
-	for i, e := range s.Elements {
+	seen := make(map[key]int, s.Len())
+	var prev Element
+	for i, e := range s.All() {
 		if !e.Addr.IsValid() || FamilyOf(e.Addr) != fam || e.Addr.Is4In6() {
 			return fmt.Errorf("element %d: address %v is not %s", i, e.Addr, fam.Keyword())
 		}
@@ -62,11 +66,12 @@ func (s *Set) Validate() error {
 				return fmt.Errorf("element %d: %v-%v is not a range", i, e.Addr, e.Last)
 			}
 			if i > 0 {
-				prev := addrRangeOf(s.Elements[i-1])
+				prev := addrRangeOf(prev)
 				if !prev.To().Less(r.From()) {
 					return fmt.Errorf("element %d (%v) overlaps or precedes element %d (%v)", i, r, i-1, prev)
 				}
 			}
+			prev = e
 			if s.Verdict {
 				if err := validVerdict(e.Verdict); err != nil {
 					return fmt.Errorf("element %d: %w", i, err)
@@ -131,8 +136,9 @@ func (s *Set) validateProtoPortMap() error {
 		p0, p1 Proto
 		q0, q1 uint16
 	}
-	spans := make([]span, 0, len(s.Elements))
-	for i, e := range s.Elements {
+	elems := s.List()
+	spans := make([]span, 0, len(elems))
+	for i, e := range elems {
 		if !e.Addr.IsValid() || FamilyOf(e.Addr) != fam || e.Addr.Is4In6() {
 			return fmt.Errorf("element %d: address %v is not %s", i, e.Addr, fam.Keyword())
 		}
@@ -167,7 +173,7 @@ func (s *Set) validateProtoPortMap() error {
 		for _, o := range open {
 			if o.p0 <= x.p1 && x.p0 <= o.p1 && o.q0 <= x.q1 && x.q0 <= o.q1 {
 				i, j := min(o.i, x.i), max(o.i, x.i)
-				return fmt.Errorf("element %d (%s) overlaps element %d (%s)", j, renderElement(s, s.Elements[j]), i, renderElement(s, s.Elements[i]))
+				return fmt.Errorf("element %d (%s) overlaps element %d (%s)", j, renderElement(s, elems[j]), i, renderElement(s, elems[i]))
 			}
 		}
 		open = append(open, x)
@@ -250,7 +256,7 @@ func (t *Table) validateRefs(chainsToo bool) error {
 		if !s.Verdict {
 			continue
 		}
-		for i, e := range s.Elements {
+		for i, e := range s.All() {
 			if err := chainRef(e.Verdict); err != nil {
 				return fmt.Errorf("map %s element %d (%s): %w", s.Name, i, renderElement(s, e), err)
 			}

@@ -356,28 +356,27 @@ func (b *writer) addSet(s *Set) error {
 	if leadingEnd(s) {
 		pending = append(pending, nftables.SetElement{Key: addrBytes(zeroAddr(s.Key.Family())), IntervalEnd: true})
 	}
-	for rest := s.Elements; len(rest) > 0; {
-		n := min(len(rest), elementsPerMessage/2) // an interval is two elements
-		elems, err := encodeList(s, rest[:n])
-		if err != nil {
-			return err
+	for _, part := range s.parts() {
+		for rest := part; len(rest) > 0; {
+			n := min(len(rest), elementsPerMessage/2) // an interval is two elements
+			elems, err := encodeList(s, rest[:n])
+			if err != nil {
+				return err
+			}
+			pending = append(pending, elems...)
+			rest = rest[n:]
+			// Queue whole messages, keeping what is left for the next
+			// round, and for the end (elements splits a message so as
+			// not to part a start from its end; so may it here).
+			full := len(pending) / elementsPerMessage * elementsPerMessage
+			if full > 0 && full < len(pending) && pending[full].IntervalEnd {
+				full++
+			}
+			if err := b.elements(ns, pending[:full], true); err != nil {
+				return err
+			}
+			pending = append(pending[:0:0], pending[full:]...)
 		}
-		pending = append(pending, elems...)
-		rest = rest[n:]
-		// Queue whole messages, keeping what is left for the next round
-		// (elements splits a message so as not to part a start from its
-		// end; so may it here).
-		full := len(pending) / elementsPerMessage * elementsPerMessage
-		if len(rest) == 0 {
-			full = len(pending)
-		}
-		if full > 0 && full < len(pending) && pending[full].IntervalEnd {
-			full++
-		}
-		if err := b.elements(ns, pending[:full], true); err != nil {
-			return err
-		}
-		pending = append(pending[:0:0], pending[full:]...)
 	}
 	return b.elements(ns, pending, true)
 }

@@ -130,7 +130,7 @@ func (c *syncerCollector) Collect(ch chan<- prometheus.Metric) {
 			rules += len(ch.Rules)
 		}
 		for _, s := range t.Sets {
-			elements += len(s.Elements)
+			elements += s.Len()
 		}
 	}
 	gauge(descChains, float64(chains))

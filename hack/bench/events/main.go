@@ -226,7 +226,7 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		rules += len(ch.Rules)
 	}
 	for _, set := range first.Table.Sets {
-		elements += len(set.Elements)
+		elements += set.Len()
 	}
 	runtime.GC()
 	var ms runtime.MemStats

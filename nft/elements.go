@@ -1,0 +1,85 @@
+package nft
+
+import (
+	"iter"
+	"slices"
+)
+
+// Len is the number of elements of s, in Elements or in Chunks.
+func (s *Set) Len() int {
+	if s.Chunks == nil {
+		return len(s.Elements)
+	}
+	n := 0
+	for _, c := range s.Chunks {
+		n += len(c)
+	}
+	return n
+}
+
+// All yields the elements of s in order with their index, from Elements
+// or from Chunks.
+func (s *Set) All() iter.Seq2[int, Element] {
+	return func(yield func(int, Element) bool) {
+		i := 0
+		for _, part := range s.parts() {
+			for _, e := range part {
+				if !yield(i, e) {
+					return
+				}
+				i++
+			}
+		}
+	}
+}
+
+// List returns the elements of s in one slice: Elements itself, or the
+// chunks joined into a new one. The caller must not modify it.
+func (s *Set) List() []Element {
+	if s.Chunks == nil {
+		return s.Elements
+	}
+	return slices.Concat(s.Chunks...)
+}
+
+// parts are the slices holding the elements of s, in order.
+func (s *Set) parts() [][]Element {
+	if s.Chunks == nil {
+		return [][]Element{s.Elements}
+	}
+	return s.Chunks
+}
+
+// sameElements reports whether a and b hold the same elements in the same
+// order, whatever their form. Chunks two versions of a set share are
+// passed over by pointer.
+func sameElements(a, b *Set) bool {
+	if a.Chunks != nil && b.Chunks != nil && len(a.Chunks) == len(b.Chunks) {
+		for i := range a.Chunks {
+			x, y := a.Chunks[i], b.Chunks[i]
+			if len(x) != len(y) {
+				return sameElementsSlow(a, b) // split elsewhere
+			}
+			if len(x) > 0 && &x[0] != &y[0] && !slices.Equal(x, y) {
+				return false
+			}
+		}
+		return true
+	}
+	return sameElementsSlow(a, b)
+}
+
+// sameElementsSlow compares a and b element by element.
+func sameElementsSlow(a, b *Set) bool {
+	if a.Len() != b.Len() {
+		return false
+	}
+	next, stop := iter.Pull2(b.All())
+	defer stop()
+	for _, x := range a.All() {
+		if _, y, _ := next(); x != y {
+			return false
+		}
+	}
+	return true
+}
