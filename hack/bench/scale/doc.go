@@ -8,14 +8,27 @@
 //
 //	go run ./hack/bench/scale -pods 150000 -policies 10000 -nodes 5000
 //
+// To compare builds, give several: each is measured in turn against the
+// one cluster, made once.
+//
+//	go run ./hack/bench/scale -pods 150000 -policies 10000 -nodes 5000 -bin /tmp/a/nftpolicy,/tmp/b/nftpolicy -rounds 3
+//
 // # Flags
 //
 //   - -pods, -policies, -nodes, -namespaces: the cluster's size (below);
 //   - -events: events of each kind (100);
-//   - -bin: a prebuilt nftpolicy; -daemon-args: more flags for it;
-//     -daemon-env: more environment for it (GOMEMLIMIT=410MiB plays a
-//     512Mi container limit, which the daemon turns into a Go soft limit
-//     of 80%); -daemon-log: keep its log in this file;
+//   - -bin: a prebuilt nftpolicy, or several, comma-separated, measured
+//     one after the other against the same cluster (below): creating the
+//     cluster is most of a run, and two binaries measured on one cluster
+//     differ by the binary alone;
+//   - -rounds N: run the -bin list N times (1), interleaved, a,b,a,b, so
+//     that the machine's noise (the API server's compaction, another
+//     process) falls on each binary alike rather than on one round of
+//     one of them;
+//   - -daemon-args: more flags for the daemon; -daemon-env: more
+//     environment for it (GOMEMLIMIT=410MiB plays a 512Mi container
+//     limit, which the daemon turns into a Go soft limit of 80%);
+//     -daemon-log: keep its log in this file;
 //   - -heap-profile FILE: a heap profile of the daemon (below);
 //   - -parallel: clients creating the cluster (32); -gap: quiet before each
 //     event; -settle: from ready to the steady reading (10 s);
@@ -50,12 +63,28 @@
 // 127.0.0.1, as is the proxy), and the bytes from the API server to the
 // daemon are counted.
 //
+// With several binaries or rounds, the daemon runs one at a time, each
+// from scratch: a new namespace (nftbench-scale-PID-K, K the daemon run
+// from 1, checked to hold no table, since a table left there would make
+// start_to_programmed the time to any commit), a new proxy and its count,
+// a new netlink reader and its own log; the previous daemon has exited
+// and its namespace is deleted before the next starts. Between two runs
+// the cluster is put back as it was created (below), so that each daemon
+// starts on the same objects.
+//
 // # What it reports
 //
 // Each figure is printed as it is measured, then a summary line whose
-// first fields are stable:
+// first fields are stable, and whose last two say which binary and round
+// it was:
 //
-//	scale: pods=N policies=M nodes=K start_to_programmed_s=… start_to_ready_s=… rss_mb=… hwm_mb=… heap_mb=… api_rx_mb=… event_p99_ms=… [more key=value]
+//	scale: pods=N policies=M nodes=K start_to_programmed_s=… start_to_ready_s=… rss_mb=… hwm_mb=… heap_mb=… api_rx_mb=… event_p99_ms=… [more key=value] bin=B round=R
+//
+// Each daemon run prints its figures and its summary line, preceded by
+// "daemon run K/N: B, round R/M" when there is more than one. B is the
+// binary's base name, or its path when two base names are alike (as
+// a/nftpolicy and b/nftpolicy are), "./cmd/nftpolicy" for the one built;
+// R counts from 1.
 //
 // The fields:
 //
@@ -79,6 +108,14 @@
 //     <kind>_p50_ms and <kind>_p99_ms per kind.
 //
 // MB are 2^20 bytes.
+//
+// With more than one binary, a table ends the run: for each binary, the
+// median over its rounds of start_to_programmed_s, rss_mb, hwm_mb,
+// heap_mb and each event kind's p99, and for the binaries after the first
+// the change from the first in per cent. The median, since a single slow
+// round (a compaction, a noisy neighbour) should not move it; one round
+// of each gives no median, only the one figure: run -rounds 3 or more
+// when the difference sought is small.
 //
 // -heap-profile FILE runs the daemon with --profiling and, after the
 // steady reading, writes its heap profile (/debug/pprof/heap?gc=1 on the
@@ -121,13 +158,28 @@
 //     that selects a pod of node-0 changes, and the policy's chain
 //     (ingress-<hash>-<ns>/<name>) must compare the new port.
 //
+// Each daemon run's events change the kernel as the first run's did: its
+// added pods are named (bench-add-I) and addressed after those of the runs
+// before it, so that none is a twin of a pod an earlier run left; its
+// ports (from 20000) follow those of the runs before it and skip the
+// port the policy has, since a write that changes nothing reaches no
+// kernel. After the events, with the daemon stopped, the cluster is put
+// back: a pod whose last label event took its label (an odd -events)
+// gets it back, and the policy its first port. Then every pod is listed
+// (in pages) and compared with the cluster as created, names, labels and
+// addresses, and the policy's port too: a difference fails the run rather
+// than measure the next daemon on another cluster.
+//
 // # Clean up
 //
 // The API server, etcd, the daemon, the namespace and the temporary
 // directory are removed on every exit path, an interrupt (SIGINT, SIGTERM)
 // included; the daemon and the API server also die with this process
-// (Pdeathsig). -daemon-log keeps the daemon's log; else its warnings and
-// errors are printed at the end and the file goes with the directory.
+// (Pdeathsig). Each daemon's namespace, proxy and reader go when its run
+// ends, before the next run. -daemon-log keeps the daemon's log (with
+// more than one daemon run, FILE-K.ext for run K, and -heap-profile
+// alike); else its warnings and errors are printed at the end of its run
+// and the file goes with the directory.
 //
 // Needs root (a network namespace), and the kube-apiserver and etcd that
 // hack/tools/build.sh builds.

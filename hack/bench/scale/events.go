@@ -29,7 +29,8 @@ import (
 // created, so that a cluster they cannot be drawn from fails at once.
 type plan struct {
 	// adds are new pods on other nodes, with their addresses, each a peer
-	// of the rule whose peer set has the comment in addSets.
+	// of the rule whose peer set has the comment in addSets: those of the
+	// first daemon run; addsOf gives a later run's.
 	adds    []*corev1.Pod
 	addSets []string
 	// relabels are pods on other nodes, each a peer of one active rule,
@@ -127,10 +128,7 @@ func planEvents(snap *scale.APICluster, n int) (*plan, error) {
 		set := sets[i%len(sets)]
 		ps := peers[set]
 		p := ps[(i/len(sets))%len(ps)].DeepCopy()
-		p.Name = fmt.Sprintf("bench-add-%d", i)
-		v4, v6 := addedPodIPs(i)
-		p.Status.PodIP = v4.String()
-		p.Status.PodIPs = []corev1.PodIP{{IP: v4.String()}, {IP: v6.String()}}
+		setAdded(p, i)
 		pl.adds = append(pl.adds, p)
 		pl.addSets = append(pl.addSets, set)
 	}
@@ -275,8 +273,32 @@ func firstPort(np *networkingv1.NetworkPolicy) *intstr.IntOrString {
 	return np.Spec.Ingress[0].Ports[0].Port
 }
 
-// addedPodIPs are the addresses of added pod i, outside the ranges of the
-// cluster's pods (10/8, fd00::/104) and nodes.
+// addsOf returns the pods daemon run k (from 0) adds: the plan's, named
+// and addressed after those of the runs before it, so that none meets a
+// pod an earlier run left, and each address is new to its set even if an
+// earlier daemon's delete had not reached the API server.
+func (pl *plan) addsOf(k int) []*corev1.Pod {
+	out := make([]*corev1.Pod, len(pl.adds))
+	for i, p := range pl.adds {
+		out[i] = p.DeepCopy()
+		setAdded(out[i], k*len(pl.adds)+i)
+	}
+	return out
+}
+
+// setAdded names p as the i-th added pod and gives it its addresses.
+func setAdded(p *corev1.Pod, i int) {
+	p.Name = fmt.Sprintf("bench-add-%d", i)
+	v4, v6 := addedPodIPs(i)
+	p.Status.PodIP = v4.String()
+	p.Status.PodIPs = []corev1.PodIP{{IP: v4.String()}, {IP: v6.String()}}
+}
+
+// maxAdded is how many pods addedPodIPs can address: 100.64.0.0/10.
+const maxAdded = 1 << 22
+
+// addedPodIPs are the addresses of added pod i (below maxAdded), outside
+// the ranges of the cluster's pods (10/8, fd00::/104) and nodes.
 func addedPodIPs(i int) (netip.Addr, netip.Addr) {
 	v4 := netip.AddrFrom4([4]byte{100, 64 | byte(i>>16)&0x3f, byte(i >> 8), byte(i)})
 	v6 := netip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 1, 12: byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)})
@@ -291,14 +313,15 @@ func podAddr(p *corev1.Pod) netip.Addr {
 // An eventRunner writes events to the API server and times them until
 // the kernel holds them.
 type eventRunner struct {
-	ctx    context.Context
-	client kubernetes.Interface
-	k      *kernel
-	d      *daemon
-	gap    time.Duration
-	out    io.Writer
-	lastAt time.Time // when the kernel held the previous event
-	sets   map[string]*nftables.Set
+	ctx       context.Context
+	client    kubernetes.Interface
+	k         *kernel
+	d         *daemon
+	gap       time.Duration
+	out       io.Writer
+	lastAt    time.Time // when the kernel held the previous event
+	sets      map[string]*nftables.Set
+	daemonRun int // from 0: its pods and ports are its own
 }
 
 type kindResult struct {
@@ -336,14 +359,15 @@ func (r *eventRunner) run(pl *plan) ([]kindResult, error) {
 		results = append(results, k)
 	}
 	pods := r.client.CoreV1()
+	adds := pl.addsOf(r.daemonRun)
 
 	// pod_add. The pods are created first, without addresses: the API
 	// server would drop them anyway.
-	created := make([]*corev1.Pod, len(pl.adds))
+	created := make([]*corev1.Pod, len(adds))
 	var wg sync.WaitGroup
-	errs := make([]error, len(pl.adds))
+	errs := make([]error, len(adds))
 	sem := make(chan struct{}, 16)
-	for i, p := range pl.adds {
+	for i, p := range adds {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -367,7 +391,7 @@ func (r *eventRunner) run(pl *plan) ([]kindResult, error) {
 	}
 	r.lastAt = time.Now()
 	k := kindResult{name: "pod_add"}
-	for i, p := range pl.adds {
+	for i, p := range adds {
 		s, err := set(pl.addSets[i])
 		if err != nil {
 			return nil, err
@@ -388,7 +412,7 @@ func (r *eventRunner) run(pl *plan) ([]kindResult, error) {
 	// pod_delete: the pods just added.
 	k = kindResult{name: "pod_delete"}
 	zero := int64(0)
-	for i, p := range pl.adds {
+	for i, p := range adds {
 		s, _ := set(pl.addSets[i])
 		d, err := r.timed("pod_delete", i, func() error {
 			return pods.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
@@ -405,7 +429,7 @@ func (r *eventRunner) run(pl *plan) ([]kindResult, error) {
 
 	// pod_label_change: out of the set, then back in.
 	k = kindResult{name: "pod_label_change"}
-	for i := range len(pl.adds) {
+	for i := range len(adds) {
 		rl := pl.relabels[i/2]
 		s, err := set(rl.set)
 		if err != nil {
@@ -430,19 +454,30 @@ func (r *eventRunner) run(pl *plan) ([]kindResult, error) {
 	}
 	report(k)
 
-	// policy_edit: a new port each time.
+	// policy_edit: a new port each time, never the one the policy has (a
+	// write that changes nothing reaches no kernel); a daemon run takes
+	// the ports after those of the runs before it.
 	policies := r.client.NetworkingV1().NetworkPolicies(pl.edit.Namespace)
 	np, err := policies.Get(ctx, pl.edit.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
+	}
+	if firstPort(np) == nil {
+		return nil, fmt.Errorf("policy_edit: policy %s/%s has no numeric first ingress port", np.Namespace, np.Name)
 	}
 	chain, err := r.k.Chain("ingress-", "-"+np.Namespace+"/"+np.Name)
 	if err != nil {
 		return nil, err
 	}
 	k = kindResult{name: "policy_edit"}
-	for i := range len(pl.adds) {
-		port := uint16(20000 + i%40000)
+	seq := r.daemonRun * len(adds)
+	for i := range len(adds) {
+		port := editPort(seq)
+		seq++
+		if int(port) == firstPort(np).IntValue() {
+			port = editPort(seq)
+			seq++
+		}
 		next := np.DeepCopy()
 		*firstPort(next) = intstr.FromInt32(int32(port))
 		d, err := r.timed("policy_edit", i, func() error {
@@ -509,4 +544,100 @@ func (r *eventRunner) timed(kind string, i int, write func() error, holds func()
 		}
 		time.Sleep(pollInterval)
 	}
+}
+
+// editPort is the port of policy edit seq (counted over all daemon runs):
+// 20000 to 59999, round and round.
+func editPort(seq int) uint16 { return uint16(20000 + seq%40000) }
+
+// restoreCluster puts back what the n events of each kind of a daemon run
+// left changed, so that the next daemon meets the cluster the first one
+// met: the label of a pod whose last label event took it out of its set
+// (n odd: the label events come in out-and-back pairs), and the policy's
+// first port. The added pods are gone already: pod_delete deleted them.
+func restoreCluster(ctx context.Context, client kubernetes.Interface, pl *plan, n int) error {
+	for j, rl := range pl.relabels {
+		if 2*j+1 < n {
+			continue // its second event gave the label back
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, rl.key, rl.was)
+		if _, err := client.CoreV1().Pods(rl.pod.Namespace).Patch(ctx, rl.pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("give pod %s/%s its label %s back: %w", rl.pod.Namespace, rl.pod.Name, rl.key, err)
+		}
+	}
+	policies := client.NetworkingV1().NetworkPolicies(pl.edit.Namespace)
+	np, err := policies.Get(ctx, pl.edit.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if port := firstPort(np); port == nil {
+		return fmt.Errorf("policy %s/%s has no numeric first ingress port", np.Namespace, np.Name)
+	} else if *port != *firstPort(pl.edit) {
+		*port = *firstPort(pl.edit)
+		if _, err := policies.Update(ctx, np, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("give policy %s/%s its port back: %w", np.Namespace, np.Name, err)
+		}
+	}
+	return nil
+}
+
+// verifyCluster checks that the API server holds the pods of snap and no
+// other, each with its labels and addresses, and the edited policy its
+// first port as created: no event of a daemon run is left over for the
+// next. (The policy's port alone: the API server defaults other fields of
+// its rules.) The pods are listed in pages, so that 150k of them do not
+// sit in this process at once.
+func verifyCluster(ctx context.Context, client kubernetes.Interface, snap *scale.APICluster, pl *plan) error {
+	want := make(map[types.NamespacedName]*corev1.Pod, len(snap.Pods))
+	for _, p := range snap.Pods {
+		want[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	var problems []string
+	problem := func(format string, args ...any) {
+		if len(problems) < 10 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	seen, extra := 0, 0
+	opts := metav1.ListOptions{Limit: 1000}
+	for {
+		list, err := client.CoreV1().Pods("").List(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list pods: %w", err)
+		}
+		for i := range list.Items {
+			got := &list.Items[i]
+			w := want[types.NamespacedName{Namespace: got.Namespace, Name: got.Name}]
+			if w == nil {
+				extra++
+				problem("pod %s/%s is not the cluster's", got.Namespace, got.Name)
+				continue
+			}
+			seen++
+			if !maps.Equal(got.Labels, w.Labels) {
+				problem("pod %s/%s has labels %v, not %v", got.Namespace, got.Name, got.Labels, w.Labels)
+			}
+			if !slices.Equal(got.Status.PodIPs, w.Status.PodIPs) {
+				problem("pod %s/%s has addresses %v, not %v", got.Namespace, got.Name, got.Status.PodIPs, w.Status.PodIPs)
+			}
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	if seen != len(want) {
+		problem("%d of the cluster's %d pods are missing", len(want)-seen, len(want))
+	}
+	np, err := client.NetworkingV1().NetworkPolicies(pl.edit.Namespace).Get(ctx, pl.edit.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if port, was := firstPort(np), firstPort(pl.edit); port == nil || *port != *was {
+		problem("policy %s/%s's first port is %v, not %s", np.Namespace, np.Name, port, was)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("the cluster is not as created (%d pods not its own): %s", extra, strings.Join(problems, "; "))
+	}
+	return nil
 }

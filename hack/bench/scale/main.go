@@ -15,7 +15,10 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
 	"github.com/nftpolicy/nftpolicy/internal/apiserver"
@@ -29,8 +32,9 @@ func main() { os.Exit(run()) }
 
 type config struct {
 	pods, policies, nodes, namespaces int
-	events, parallel                  int
-	bin, daemonArgs, daemonLog        string
+	events, parallel, rounds          int
+	bins                              []string // -bin, split at commas; none: build one
+	daemonArgs, daemonLog             string
 	daemonEnv                         string
 	heapProfile                       string
 	gap, settle, readyTimeout         time.Duration
@@ -38,17 +42,19 @@ type config struct {
 
 func run() int {
 	var cfg config
+	var bins string
 	flag.IntVar(&cfg.pods, "pods", 10000, "pods in the cluster (rounded down to a multiple of -namespaces)")
 	flag.IntVar(&cfg.policies, "policies", 1000, "NetworkPolicies in the cluster (rounded down to a multiple of -namespaces)")
 	flag.IntVar(&cfg.nodes, "nodes", 100, "Nodes the pods are spread over; node-0 is the node under test")
 	flag.IntVar(&cfg.namespaces, "namespaces", 0, "namespaces (default -policies/100: 100 policies a namespace)")
 	flag.IntVar(&cfg.events, "events", 100, "events of each kind")
 	flag.IntVar(&cfg.parallel, "parallel", 32, "parallel API clients creating the cluster")
-	flag.StringVar(&cfg.bin, "bin", "", "a prebuilt nftpolicy binary (default: build ./cmd/nftpolicy into a temporary directory)")
+	flag.StringVar(&bins, "bin", "", "prebuilt nftpolicy binaries, comma-separated, each measured in turn against the same cluster (default: build ./cmd/nftpolicy into a temporary directory)")
+	flag.IntVar(&cfg.rounds, "rounds", 1, "how many times the -bin list is run, interleaved (a,b,a,b…), so that the machine's noise falls on every binary alike")
 	flag.StringVar(&cfg.daemonArgs, "daemon-args", "", "more flags for `nftpolicy run`, space-separated")
 	flag.StringVar(&cfg.daemonEnv, "daemon-env", "", "more environment for `nftpolicy run`, space-separated KEY=VALUE: GOMEMLIMIT=410MiB is what a 512Mi container limit makes the daemon set itself (80%), which this machine's hybrid cgroups cannot show it")
-	flag.StringVar(&cfg.daemonLog, "daemon-log", "", "write the daemon's log to this file and keep it (default: a temporary file)")
-	flag.StringVar(&cfg.heapProfile, "heap-profile", "", "write a heap profile of the daemon, taken after the steady memory reading, to this file (runs the daemon with --profiling)")
+	flag.StringVar(&cfg.daemonLog, "daemon-log", "", "write the daemon's log to this file and keep it; with more than one daemon run, FILE-1.ext, FILE-2.ext… (default: a temporary file)")
+	flag.StringVar(&cfg.heapProfile, "heap-profile", "", "write a heap profile of the daemon, taken after the steady memory reading, to this file (runs the daemon with --profiling); with more than one daemon run, numbered as -daemon-log")
 	flag.DurationVar(&cfg.gap, "gap", enforcer.DefaultDebounce+100*time.Millisecond, "quiet before each event, from the kernel holding the previous one (more than the daemon's --debounce, so each event is synced on the leading edge)")
 	flag.DurationVar(&cfg.settle, "settle", 10*time.Second, "from ready to the steady memory reading")
 	flag.DurationVar(&cfg.readyTimeout, "ready-timeout", 30*time.Minute, "how long the daemon may take to be ready")
@@ -60,6 +66,9 @@ func run() int {
 	if cfg.namespaces == 0 {
 		cfg.namespaces = max(1, cfg.policies/100)
 	}
+	if bins != "" {
+		cfg.bins = strings.Split(bins, ",")
+	}
 	switch {
 	case cfg.namespaces < 1 || cfg.pods < cfg.namespaces || cfg.policies < cfg.namespaces:
 		fmt.Fprintln(os.Stderr, "scale: -pods and -policies must be at least -namespaces, which must be at least 1")
@@ -67,9 +76,20 @@ func run() int {
 	case cfg.nodes < 2:
 		fmt.Fprintln(os.Stderr, "scale: -nodes must be at least 2: events need pods on another node than the one under test")
 		return 2
-	case cfg.events < 1 || cfg.parallel < 1:
-		fmt.Fprintln(os.Stderr, "scale: -events and -parallel must be at least 1")
+	case cfg.events < 1 || cfg.parallel < 1 || cfg.rounds < 1:
+		fmt.Fprintln(os.Stderr, "scale: -events, -parallel and -rounds must be at least 1")
 		return 2
+	case max(1, len(cfg.bins))*cfg.rounds*cfg.events > maxAdded:
+		fmt.Fprintf(os.Stderr, "scale: binaries × -rounds × -events must be at most %d: each daemon run adds pods at addresses of their own\n", maxAdded)
+		return 2
+	}
+	// A binary that is not there would fail the run after the cluster,
+	// minutes of it, is made.
+	for _, b := range cfg.bins {
+		if err := checkBinary(b); err != nil {
+			fmt.Fprintln(os.Stderr, "scale: -bin:", err)
+			return 2
+		}
 	}
 
 	// An interrupt cancels ctx instead of killing the process, so that
@@ -89,11 +109,28 @@ func run() int {
 	return 0
 }
 
+// checkBinary returns an error unless path is an executable file.
+func checkBinary(path string) error {
+	if path == "" {
+		return errors.New("an empty path in the list")
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	return nil
+}
+
 // results are what the summary line says, filled in as they are measured.
 type results struct {
 	pods, policies, nodes, namespaces, localPods int
 	createTime                                   time.Duration
 	createObjects                                int
+	bin                                          string // the binary's label (binLabels)
+	round                                        int    // from 1
 	toProgrammed, toReady                        time.Duration
 	rss, hwm, rssPeak, heapInuse, heapAlloc      uint64 // bytes
 	rxReady, rxTotal                             int64
@@ -101,17 +138,29 @@ type results struct {
 	events                                       []kindResult
 }
 
+// A bencher holds what the daemon runs of one invocation share: the
+// cluster, its API server, the events' plan and the work directory.
+type bencher struct {
+	cfg    config
+	out    io.Writer
+	work   string
+	srv    *apiserver.Server
+	client kubernetes.Interface
+	plan   *plan
+	runs   int // daemon runs in all: binaries × rounds
+}
+
 func bench(ctx context.Context, cfg config, out io.Writer) error {
 	perNSPods, perNSPolicies := cfg.pods/cfg.namespaces, cfg.policies/cfg.namespaces
 	snap := scale.ClusterOnNodes(cfg.namespaces, perNSPods, perNSPolicies, cfg.nodes)
-	res := &results{pods: len(snap.Pods), policies: len(snap.Policies), nodes: len(snap.Nodes), namespaces: len(snap.Namespaces)}
+	cluster := results{pods: len(snap.Pods), policies: len(snap.Policies), nodes: len(snap.Nodes), namespaces: len(snap.Namespaces)}
 	for _, p := range snap.Pods {
 		if p.Spec.NodeName == node {
-			res.localPods++
+			cluster.localPods++
 		}
 	}
 	fmt.Fprintf(out, "cluster: %d namespaces, %d pods (%d on %s), %d policies, %d nodes\n",
-		res.namespaces, res.pods, res.localPods, node, res.policies, res.nodes)
+		cluster.namespaces, cluster.pods, cluster.localPods, node, cluster.policies, cluster.nodes)
 	plan, err := planEvents(snap, cfg.events)
 	if err != nil {
 		return err
@@ -122,9 +171,9 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	bin := cfg.bin
-	if bin == "" {
-		bin = filepath.Join(work, "nftpolicy")
+	bins := cfg.bins
+	if len(bins) == 0 {
+		bin := filepath.Join(work, "nftpolicy")
 		t := time.Now()
 		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/nftpolicy/nftpolicy/cmd/nftpolicy")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -132,6 +181,11 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 			return fmt.Errorf("build nftpolicy (give a binary with -bin): %w", err)
 		}
 		fmt.Fprintf(out, "built %s in %s\n", bin, seconds(time.Since(t)))
+		bins = []string{bin}
+	}
+	labels := binLabels(bins)
+	if len(cfg.bins) == 0 {
+		labels = []string{"./cmd/nftpolicy"}
 	}
 
 	t := time.Now()
@@ -150,20 +204,67 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 
-	if err := createCluster(ctx, srv, snap, cfg.parallel, out, res); err != nil {
+	if err := createCluster(ctx, srv, snap, cfg.parallel, out, &cluster); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
 		return fmt.Errorf("create the cluster: %w (kube-apiserver log tail:\n%s)", err, srv.LogTail("kube-apiserver.log", 20))
 	}
 
+	b := &bencher{cfg: cfg, out: out, work: work, srv: srv, client: client, plan: plan, runs: len(bins) * cfg.rounds}
+	var all []*results
+	for round := 1; round <= cfg.rounds; round++ {
+		for i, bin := range bins {
+			k := len(all)
+			res := cluster // the cluster's fields; the daemon's are zero
+			res.bin, res.round = labels[i], round
+			if b.runs > 1 {
+				fmt.Fprintf(out, "daemon run %d/%d: %s, round %d/%d\n", k+1, b.runs, labels[i], round, cfg.rounds)
+			}
+			if err := b.runDaemon(ctx, k, bin, &res); err != nil {
+				return err
+			}
+			// The daemon is stopped and its namespace gone: put back what
+			// the events left changed and check that the next daemon
+			// meets the cluster the first one met.
+			t := time.Now()
+			if err := restoreCluster(ctx, client, plan, cfg.events); err != nil {
+				return fmt.Errorf("restore the cluster after daemon run %d: %w", k+1, err)
+			}
+			if err := verifyCluster(ctx, client, snap, plan); err != nil {
+				return fmt.Errorf("after daemon run %d: %w", k+1, err)
+			}
+			fmt.Fprintf(out, "cluster: back to its %d pods and policy %s/%s's port, checked in %s\n", len(snap.Pods), plan.edit.Namespace, plan.edit.Name, seconds(time.Since(t)))
+			all = append(all, &res)
+		}
+	}
+	if len(bins) > 1 {
+		printComparison(out, labels, cfg.rounds, all)
+	}
+	return nil
+}
+
+// runDaemon measures one daemon, the k-th run (from 0) of bin, from
+// scratch: a network namespace, a proxy and its byte count, a kubeconfig,
+// a kernel reader and a log of its own, all gone (the daemon stopped
+// first) when it returns, whatever happened.
+func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results) error {
+	cfg, out := b.cfg, b.out
 	netns := fmt.Sprintf("nftbench-scale-%d", os.Getpid())
+	if b.runs > 1 {
+		// A name of its own, so that no run can meet another's namespace.
+		netns = fmt.Sprintf("%s-%d", netns, k+1)
+	}
 	if out, err := exec.Command("ip", "netns", "add", netns).CombinedOutput(); err != nil {
 		return fmt.Errorf("ip netns add %s: %v: %s", netns, err, out)
 	}
-	defer exec.Command("ip", "netns", "del", netns).Run()
+	defer func() {
+		if out, err := exec.Command("ip", "netns", "del", netns).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "scale: ip netns del %s: %v: %s\n", netns, err, out)
+		}
+	}()
 
-	u, err := url.Parse(srv.URL)
+	u, err := url.Parse(b.srv.URL)
 	if err != nil {
 		return err
 	}
@@ -172,22 +273,30 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer proxy.Close()
-	kubeconfig := filepath.Join(work, "kubeconfig")
-	if err := writeKubeconfig(kubeconfig, "https://"+proxy.Addr(), srv.CAFile, srv.AdminToken); err != nil {
+	kubeconfig := filepath.Join(b.work, numbered("kubeconfig", k, b.runs))
+	if err := writeKubeconfig(kubeconfig, "https://"+proxy.Addr(), b.srv.CAFile, b.srv.AdminToken); err != nil {
 		return err
 	}
-	k, err := openKernel(netns)
+	kern, err := openKernel(netns)
 	if err != nil {
 		return err
 	}
-	defer k.Close()
-
-	logPath := cfg.daemonLog
-	if logPath == "" {
-		logPath = filepath.Join(work, "nftpolicy.log")
+	defer kern.Close()
+	// A table already there would make start_to_programmed the time to
+	// the daemon's first commit, whatever it wrote.
+	if has, err := kern.hasTable(); err != nil {
+		return err
+	} else if has {
+		return fmt.Errorf("the new namespace %s already holds table inet %s", netns, tableName)
 	}
+
+	logPath := numbered(cfg.daemonLog, k, b.runs)
+	if logPath == "" {
+		logPath = filepath.Join(b.work, numbered("nftpolicy.log", k, b.runs))
+	}
+	heapProfile := numbered(cfg.heapProfile, k, b.runs)
 	args := strings.Fields(cfg.daemonArgs)
-	if cfg.heapProfile != "" {
+	if heapProfile != "" {
 		args = append(args, "--profiling")
 	}
 	d, err := startDaemon(ctx, bin, logPath, kubeconfig, netns, args, strings.Fields(cfg.daemonEnv))
@@ -197,13 +306,13 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	defer func() {
 		d.Stop()
 		if cfg.daemonLog != "" {
-			fmt.Fprintf(out, "daemon log: %s\n", cfg.daemonLog)
+			fmt.Fprintf(out, "daemon log: %s\n", logPath)
 		}
 	}()
 	// Whatever happens next, what the daemon said is worth seeing.
 	defer printDaemonProblems(out, logPath)
 
-	if err := waitStarted(ctx, d, k, proxy, cfg.readyTimeout, out, res); err != nil {
+	if err := waitStarted(ctx, d, kern, proxy, cfg.readyTimeout, out, res); err != nil {
 		return err
 	}
 	if err := sleep(ctx, cfg.settle); err != nil {
@@ -221,16 +330,16 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		res.metrics["nftpolicy_programmed_chains"], res.metrics["nftpolicy_programmed_rules"],
 		res.metrics["nftpolicy_programmed_sets"], res.metrics["nftpolicy_programmed_elements"])
 
-	if cfg.heapProfile != "" {
+	if heapProfile != "" {
 		// After the readings above: the profile's gc=1 collects first.
-		if err := d.heapProfile(cfg.heapProfile); err != nil {
+		if err := d.heapProfile(heapProfile); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "heap profile: %s (go tool pprof -sample_index=inuse_space %s)\n", cfg.heapProfile, cfg.heapProfile)
+		fmt.Fprintf(out, "heap profile: %s (go tool pprof -sample_index=inuse_space %s)\n", heapProfile, heapProfile)
 	}
 
-	ev := &eventRunner{ctx: ctx, client: client, k: k, d: d, gap: cfg.gap, out: out}
-	if res.events, err = ev.run(plan); err != nil {
+	ev := &eventRunner{ctx: ctx, client: b.client, k: kern, d: d, gap: cfg.gap, out: out, daemonRun: k}
+	if res.events, err = ev.run(b.plan); err != nil {
 		return err
 	}
 
@@ -247,8 +356,109 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-// summary is the one line a run ends with: the fields the brief names
-// first, in a stable order, then the others.
+// numbered is path as it is for a single daemon run, else with the run's
+// number (from 1) before its extension: log.txt, log-1.txt, log-2.txt.
+func numbered(path string, k, runs int) string {
+	if path == "" || runs == 1 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s-%d%s", strings.TrimSuffix(path, ext), k+1, ext)
+}
+
+// binLabels names the binaries in the summary lines and the comparison:
+// by base name if those differ, else by path (two builds are often
+// a/nftpolicy and b/nftpolicy), and a binary given twice by its place too.
+func binLabels(bins []string) []string {
+	distinct := func(ls []string) bool {
+		return len(slices.Compact(slices.Sorted(slices.Values(ls)))) == len(ls)
+	}
+	out := make([]string, len(bins))
+	for i, b := range bins {
+		out[i] = filepath.Base(b)
+	}
+	if distinct(out) {
+		return out
+	}
+	copy(out, bins)
+	if distinct(out) {
+		return out
+	}
+	for i := range out {
+		out[i] = fmt.Sprintf("%s#%d", out[i], i+1)
+	}
+	return out
+}
+
+// printComparison prints, for each binary, the median over its rounds of
+// the figures a before/after comparison looks at first, and for the
+// binaries after the first the change from it.
+func printComparison(w io.Writer, labels []string, rounds int, all []*results) {
+	type column struct {
+		name string
+		of   func(r *results) float64
+	}
+	cols := []column{
+		{"start_to_programmed_s", func(r *results) float64 { return r.toProgrammed.Seconds() }},
+		{"rss_mb", func(r *results) float64 { return float64(r.rss) / (1 << 20) }},
+		{"hwm_mb", func(r *results) float64 { return float64(r.hwm) / (1 << 20) }},
+		{"heap_mb", func(r *results) float64 { return float64(r.heapInuse) / (1 << 20) }},
+	}
+	for j, kind := range all[0].events {
+		cols = append(cols, column{kind.name + "_p99_ms", func(r *results) float64 {
+			return float64(percentile(r.events[j].took, 0.99)) / float64(time.Millisecond)
+		}})
+	}
+	medians := make([][]float64, len(labels))
+	for i := range labels {
+		for _, c := range cols {
+			var vs []float64
+			for k, r := range all {
+				if k%len(labels) == i {
+					vs = append(vs, c.of(r))
+				}
+			}
+			medians[i] = append(medians[i], median(vs))
+		}
+	}
+	fmt.Fprintf(w, "compare: the median of %d round(s) of each binary; in brackets, the change from %s\n", rounds, labels[0])
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := []string{"bin"}
+	for _, c := range cols {
+		head = append(head, c.name)
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for i, l := range labels {
+		row := []string{l}
+		for c, v := range medians[i] {
+			cell := fmt.Sprintf("%.2f", v)
+			if i > 0 {
+				if base := medians[0][c]; base != 0 {
+					cell += fmt.Sprintf(" (%+.1f%%)", 100*(v-base)/base)
+				}
+			}
+			row = append(row, cell)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+}
+
+// median is the middle of vs, or the mean of the two middle ones.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(vs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// summary is the one line a daemon run ends with: the fields the brief
+// names first, in a stable order, then the others, the binary and the
+// round last.
 func (r *results) summary() string {
 	var all []time.Duration
 	for _, k := range r.events {
@@ -277,6 +487,7 @@ func (r *results) summary() string {
 	for _, k := range r.events {
 		f = append(f, k.name+"_p50_ms="+millis(percentile(k.took, 0.50)), k.name+"_p99_ms="+millis(percentile(k.took, 0.99)))
 	}
+	f = append(f, "bin="+r.bin, fmt.Sprintf("round=%d", r.round))
 	return "scale: " + strings.Join(f, " ")
 }
 
