@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -97,6 +98,12 @@ func TestDuplicateAddressOnePodWins(t *testing.T) {
 			fromY, fromZ := tracePods(t, table, "y/b", "x/a"), tracePods(t, table, "z/b", "x/a")
 			if got := map[bool]string{true: "x/a", false: "x/new"}[fromY && !fromZ]; got != tc.wantWinner || fromY == fromZ {
 				t.Errorf("y→addr allowed=%v, z→addr allowed=%v: want the policy of %s alone", fromY, fromZ, tc.wantWinner)
+			}
+			// explain names the winner as the address's pod, whichever
+			// claimed it first.
+			x, err := inc.Explain(table, nft.Packet{Src: netip.MustParseAddr("10.0.3.1"), Dst: netip.MustParseAddr("10.0.1.1"), Proto: nft.ProtoTCP, Dport: 80})
+			if err != nil || x.To.Pod != tc.wantWinner {
+				t.Errorf("explain to 10.0.1.1: %+v, %v; want the pod %s", x, err, tc.wantWinner)
 			}
 			// Same answer from a fresh compile, whatever the order pods came in.
 			again, _ := Compile(both, Options{Node: testNode})

@@ -77,6 +77,7 @@ func (p Problem) Error() string { return p.Object + ": " + p.Err.Error() }
 
 // A direction is ingress or egress, with the packet fields each looks at.
 type direction struct {
+	i          int    // 0 ingress, 1 egress: its index in per-direction arrays
 	name       string // "ingress", "egress"
 	policyType networkingv1.PolicyType
 	peerField  nft.AddrField // where the peer's address is
@@ -84,8 +85,8 @@ type direction struct {
 }
 
 var (
-	ingress = direction{"ingress", networkingv1.PolicyTypeIngress, nft.Saddr, nft.Daddr}
-	egress  = direction{"egress", networkingv1.PolicyTypeEgress, nft.Daddr, nft.Saddr}
+	ingress = direction{0, "ingress", networkingv1.PolicyTypeIngress, nft.Saddr, nft.Daddr}
+	egress  = direction{1, "egress", networkingv1.PolicyTypeEgress, nft.Daddr, nft.Saddr}
 )
 
 // directions in the order chains of one policy or pod are listed.
@@ -266,7 +267,7 @@ func NewCompiler(opts Options) *Compiler {
 		pods:           map[objKey]*pod{},
 		podProblems:    map[objKey][]Problem{},
 		claimsByPod:    map[objKey]*claim{},
-		claims:         addressClaims{first: map[netip.Addr]*claim{}, more: map[netip.Addr][]*claim{}},
+		claims:         newAddressClaims(),
 		addrProblems:   map[objKey][]Problem{},
 		byNS:           map[string][]*pod{},
 		localByNS:      map[string][]*pod{},
@@ -544,9 +545,9 @@ func (c *Compiler) refreshPodChains(ch *changes) {
 func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	var selecting []string
 	var policies []*policyState
-	for _, p := range c.policiesByNS[pd.namespace] {
-		if p.active && p.types[d.policyType] && p.selects(pd) {
-			selecting = append(selecting, p.chains[d.name].Name)
+	for _, p := range c.policiesByNS[pd.key.namespace] {
+		if p.active && p.types[d.i] && p.selects(pd) {
+			selecting = append(selecting, p.chains[d.i].Name)
 			policies = append(policies, p)
 		}
 	}
@@ -567,16 +568,16 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 	if old != nil {
 		name, flowID = old.chain.Name, old.flowID
 	} else {
-		name = c.acquireChainName(d.name+"-pod", pd.namespace, pd.name)
+		name = c.acquireChainName(d.name+"-pod", pd.key.namespace, pd.key.name)
 	}
-	switch logged := c.flowLogged(pd.namespace); {
+	switch logged := c.flowLogged(pd.key.namespace); {
 	case logged && flowID == "":
-		flowID = c.acquireFlowID(d.name+"-pod", pd.namespace, pd.name)
+		flowID = c.acquireFlowID(d.name+"-pod", pd.key.namespace, pd.key.name)
 	case !logged && flowID != "":
-		c.retireFlowID(d.name+"-pod", pd.namespace, pd.name)
+		c.retireFlowID(d.name+"-pod", pd.key.namespace, pd.key.name)
 		flowID = ""
 	}
-	next := &podChain{pod: pd, flowID: flowID, policies: policies, flat: c.flatLayout(pd.namespace) && len(policies) > 0}
+	next := &podChain{pod: pd, flowID: flowID, policies: policies, flat: c.flatLayout(pd.key.namespace) && len(policies) > 0}
 	if tiersAlone(selecting, pd, tiers) && tiers.admin != nil {
 		next.pair = c.acquirePair(tiers)
 	}

@@ -163,7 +163,9 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 			continue
 		}
 		for _, ch := range ps.chains {
-			byChain[ch.Name] = ps
+			if ch != nil {
+				byChain[ch.Name] = ps
+			}
 		}
 	}
 	side := func(end Endpoint, d direction) (*Side, error) {
@@ -218,13 +220,13 @@ func (c *Compiler) Explain(table *nft.Table, p nft.Packet) (*Explanation, error)
 		// chain uses (a flat one asks the union of them all at once).
 		allows := func(ps *policyState) error {
 			s.Policies = append(s.Policies, ps.key.String())
-			chain := ps.chains[d.name]
+			chain := ps.chains[d.i]
 			for j := range chain.Rules {
 				ok, err := tracer.Matches(chain.Name, j, p)
 				if err != nil {
 					return err
 				}
-				ref := RuleRef{Policy: ps.key.String(), Direction: d.name, Rule: ps.ruleIndex[d.name][j]}
+				ref := RuleRef{Policy: ps.key.String(), Direction: d.name, Rule: ps.ruleIndex[d.i][j]}
 				if ok && !slices.Contains(s.Allows, ref) {
 					s.Allows = append(s.Allows, ref)
 				}
@@ -291,14 +293,14 @@ func chainRules(ch *nft.Chain) []nft.Rule {
 // forwarded to it.
 func (c *Compiler) ownNodeAddr(a netip.Addr) bool {
 	a = a.Unmap()
-	return c.claims.first[a] == nil && slices.Contains(c.nodes[c.opts.Node].addrs, a)
+	return c.claims.winner(a) == nil && slices.Contains(c.nodes[c.opts.Node].addrs, a)
 }
 
 // endpoint resolves an address to the pod holding it, as the compiler
 // gave addresses out (see addressClaims).
 func (c *Compiler) endpoint(a netip.Addr) Endpoint {
 	e := Endpoint{Addr: a}
-	if cl := c.claims.first[a.Unmap()]; cl != nil {
+	if cl := c.claims.winner(a.Unmap()); cl != nil {
 		e.Pod, e.Local = cl.view.key.String(), cl.view.local
 	}
 	return e
