@@ -623,7 +623,7 @@ func (p *clusterPolicyState) hasRules(d direction) bool {
 // take no part (see podOf), and a quarantined pod, whose labels are not
 // known, is selected by nothing.
 func (c *Compiler) subjects(p *clusterPolicyState, pd *pod) bool {
-	return p.subjectNS != nil && c.namespaceSelected(p.subjectNS, pd.namespace) && pd.matchedBy(p.subjectPods)
+	return p.subjectNS != nil && c.namespaceSelected(p.subjectNS, pd.key.namespace) && pd.matchedBy(p.subjectPods)
 }
 
 // mayBeSubject reports whether pd, which p does not select as far as its
@@ -642,11 +642,11 @@ func (c *Compiler) mayBeSubject(p *clusterPolicyState, pd *pod) bool {
 	if p.subjectNS == nil {
 		return false
 	}
-	ns := c.namespaceView(pd.namespace)
+	ns := c.namespaceView(pd.key.namespace)
 	if pd.quarantined {
-		return ns.mayBeSelectedBy(p.subjectNS, pd.namespace)
+		return ns.mayBeSelectedBy(p.subjectNS, pd.key.namespace)
 	}
-	return c.quarantinedNS[pd.namespace] && pd.matchedBy(p.subjectPods) && ns.mayBeSelectedBy(p.subjectNS, pd.namespace)
+	return c.quarantinedNS[pd.key.namespace] && pd.matchedBy(p.subjectPods) && ns.mayBeSelectedBy(p.subjectNS, pd.key.namespace)
 }
 
 // refreshCluster re-selects the subjects of every ClusterNetworkPolicy

@@ -75,8 +75,10 @@ func (c *Compiler) countedChains() map[string]CountKey {
 		if !p.active || c.flatLayout(p.key.namespace) {
 			continue // no packet walks its chains: its pods' flat chains count
 		}
-		for dir, ch := range p.chains {
-			out[ch.Name] = CountKey{Namespace: p.key.namespace, Policy: p.key.name, Direction: dir}
+		for _, d := range directions {
+			if ch := p.chains[d.i]; ch != nil {
+				out[ch.Name] = CountKey{Namespace: p.key.namespace, Policy: p.key.name, Direction: d.name}
+			}
 		}
 	}
 	for k, pc := range c.podChains {

@@ -127,7 +127,7 @@ func TestCompileCountersFlat(t *testing.T) {
 func isPolicyChain(c *Compiler, name string) bool {
 	for _, p := range c.policies {
 		for _, ch := range p.chains {
-			if ch.Name == name {
+			if ch != nil && ch.Name == name {
 				return true
 			}
 		}

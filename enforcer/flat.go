@@ -83,7 +83,7 @@ func planFlat(pd *pod, d direction, policies []*policyState) *flatPlan {
 	anyKeys := map[string]bool{}
 	named := map[namedCheck]bool{}
 	for _, p := range policies {
-		for _, r := range p.flat[d.name] {
+		for _, r := range p.flat[d.i] {
 			if r.key != "" {
 				plan.peers[r.key] = r.parsed
 			}

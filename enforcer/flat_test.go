@@ -180,10 +180,11 @@ func TestPlanFlatFragments(t *testing.T) {
 	mk := func(key string, first, last uint16) flatRule {
 		return flatRule{key: key, proto: nft.ProtoTCP, first: first, last: last}
 	}
-	p := &policyState{flat: map[string][]flatRule{"ingress": {
+	p := &policyState{}
+	p.flat[ingress.i] = []flatRule{
 		mk("a;", 10, 20), mk("b;", 15, 30), mk("a;", 21, 25), mk("c;", 40, 40), {key: "", proto: nft.ProtoUDP, first: 53, last: 53},
-	}}}
-	pd := &pod{namespace: "x"}
+	}
+	pd := &pod{key: objKey{namespace: "x"}}
 	plan := planFlat(pd, ingress, []*policyState{p})
 	type frag struct {
 		first, last uint16
@@ -206,11 +207,12 @@ func TestPlanFlatFragments(t *testing.T) {
 // Ingress named ports resolve on the pod's own container ports; a name
 // it does not serve allows nothing.
 func TestPlanFlatNamedPorts(t *testing.T) {
-	p := &policyState{flat: map[string][]flatRule{"ingress": {
+	p := &policyState{}
+	p.flat[ingress.i] = []flatRule{
 		{key: "a;", proto: nft.ProtoTCP, named: "web"},
 		{key: "b;", proto: nft.ProtoTCP, named: "nope"},
-	}}}
-	pd := &pod{namespace: "x", ports: []corev1.ContainerPort{{Name: "web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "web", ContainerPort: 9090, Protocol: corev1.ProtocolUDP}}}
+	}
+	pd := &pod{key: objKey{namespace: "x"}, ports: []corev1.ContainerPort{{Name: "web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "web", ContainerPort: 9090, Protocol: corev1.ProtocolUDP}}}
 	plan := planFlat(pd, ingress, []*policyState{p})
 	if len(plan.fragments) != 1 || plan.fragments[0].first != 8080 || plan.fragments[0].last != 8080 || plan.fragments[0].proto != nft.ProtoTCP {
 		t.Errorf("fragments %+v, want tcp 8080 alone", plan.fragments)

@@ -162,13 +162,11 @@ func (c *Compiler) syncNamespaces(nss []*corev1.Namespace, quarantine []string, 
 // A pod is what the compiler needs of a Pod that takes part in policy.
 // Views are immutable: a pod that changes gets a new one.
 type pod struct {
-	key       objKey
-	namespace string // key.namespace
-	name      string // key.name
-	labels    labels.Set
-	ips       []netip.Addr
-	ports     []corev1.ContainerPort
-	local     bool // on this node
+	key    objKey // its namespace and name
+	labels labels.Set
+	ips    []netip.Addr
+	ports  []corev1.ContainerPort
+	local  bool // on this node
 	// quarantined: its true labels are not known (k8s.Snapshot.Quarantined).
 	// It is selected by no policy and named by no pod selector, and on
 	// this node it is isolated both ways with nothing allowed.
@@ -289,7 +287,7 @@ func (c *Compiler) podChanged(old, new *pod, ch *changes) {
 	if pd == nil {
 		pd = old
 	}
-	ns := pd.namespace
+	ns := pd.key.namespace
 	ch.pods[ns] = append(ch.pods[ns], podChange{old, new})
 	c.every = nil
 
@@ -329,18 +327,18 @@ func (c *Compiler) podChanged(old, new *pod, ch *changes) {
 // replacePod removes old from and inserts new into a slice sorted by name.
 func replacePod(pods []*pod, old, new *pod) []*pod {
 	if old != nil {
-		if i, ok := slices.BinarySearchFunc(pods, old.name, podByName); ok {
+		if i, ok := slices.BinarySearchFunc(pods, old.key.name, podByName); ok {
 			pods = slices.Delete(pods, i, i+1)
 		}
 	}
 	if new != nil {
-		i, _ := slices.BinarySearchFunc(pods, new.name, podByName)
+		i, _ := slices.BinarySearchFunc(pods, new.key.name, podByName)
 		pods = slices.Insert(pods, i, new)
 	}
 	return pods
 }
 
-func podByName(p *pod, name string) int { return strings.Compare(p.name, name) }
+func podByName(p *pod, name string) int { return strings.Compare(p.key.name, name) }
 
 // everyPod lists every participating pod, sorted by namespace and name.
 func (c *Compiler) everyPod() []*pod {
@@ -361,7 +359,7 @@ func (c *Compiler) podOf(p *k8s.Pod, quarantined bool) (*pod, []Problem) {
 		return nil, nil
 	}
 	key := objKey{p.Namespace, p.Name}
-	pd := &pod{key: key, namespace: p.Namespace, name: p.Name, labels: labels.Set(p.Labels), local: p.Spec.NodeName == c.opts.Node,
+	pd := &pod{key: key, labels: labels.Set(p.Labels), local: p.Spec.NodeName == c.opts.Node,
 		quarantined: quarantined}
 	var problems []Problem
 	seen := map[netip.Addr]bool{}

@@ -51,7 +51,7 @@ func (c *Compiler) refreshNodeChain(pd *pod, tiers podTiers, npIsolated bool, ch
 	if old != nil {
 		name = old.chain.Name
 	} else {
-		name = c.acquireChainName("node-egress", pd.namespace, pd.name)
+		name = c.acquireChainName("node-egress", pd.key.namespace, pd.key.name)
 	}
 	chain := &nft.Chain{Name: name, Rules: append([]nft.Rule{c.clearBitsRule()}, c.adminTierRules(pd, tiers)...)}
 	if npIsolated && !pd.quarantined {

@@ -23,12 +23,12 @@ import (
 func (c *Compiler) peerSelects(e *peerSets, pd *pod) bool {
 	for _, s := range e.parsed.selectors {
 		if s.namespaces == nil {
-			if pd.namespace == e.parsed.policyNS && pd.matchedBy(s.pods) {
+			if pd.key.namespace == e.parsed.policyNS && pd.matchedBy(s.pods) {
 				return true
 			}
 			continue
 		}
-		if c.namespaceView(pd.namespace).selects(s, pd.namespace) && pd.matchedBy(s.pods) {
+		if c.namespaceView(pd.key.namespace).selects(s, pd.key.namespace) && pd.matchedBy(s.pods) {
 			return true
 		}
 	}

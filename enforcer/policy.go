@@ -25,14 +25,17 @@ type policyState struct {
 
 	sel         labels.Selector // nil when spec.podSelector does not parse
 	selProblems []Problem
-	types       map[networkingv1.PolicyType]bool
-	chains      map[string]*nft.Chain // by direction name, for each direction it isolates
-	// ruleIndex: by direction name, the index in spec.ingress or
-	// spec.egress of the rule each chain rule compiles (see Explain).
-	ruleIndex map[string][]int
-	// flat: by direction name, its rules' port entries as the flat
-	// layout folds them (see flat.go).
-	flat map[string][]flatRule
+	// By direction (direction.i), arrays rather than maps: a small map
+	// costs a few hundred bytes, and there are four per policy (12 MB at
+	// 10k policies).
+	types  [2]bool       // the directions it isolates
+	chains [2]*nft.Chain // one for each direction it isolates, else nil
+	// ruleIndex: the index in spec.ingress or spec.egress of the rule
+	// each chain rule compiles (see Explain).
+	ruleIndex [2][]int
+	// flat: its rules' port entries as the flat layout folds them (see
+	// flat.go).
+	flat [2][]flatRule
 
 	ruleProblems []Problem // rules or ports left out; reported while active
 	peerUses     []peerUse // shared peer sets its rules match against
@@ -70,7 +73,7 @@ func (p *policyState) problems() []Problem {
 
 // selects reports whether pd, as currently known, is one of p's targets.
 func (p *policyState) selects(pd *pod) bool {
-	i, ok := slices.BinarySearchFunc(p.targets, pd.name, podByName)
+	i, ok := slices.BinarySearchFunc(p.targets, pd.key.name, podByName)
 	return ok && p.targets[i] == pd
 }
 
@@ -81,10 +84,14 @@ func policyObject(np *networkingv1.NetworkPolicy) string {
 // policyTypes is the set of directions a policy isolates. Sources default
 // policyTypes already; the compiler applies the same defaulting again so a
 // snapshot built by hand (tests, future sources) means the same thing.
-func policyTypes(np *networkingv1.NetworkPolicy) map[networkingv1.PolicyType]bool {
-	types := map[networkingv1.PolicyType]bool{}
+func policyTypes(np *networkingv1.NetworkPolicy) [2]bool {
+	var types [2]bool
 	for _, t := range k8s.PolicyTypes(&np.Spec) {
-		types[t] = true
+		for _, d := range directions {
+			if t == d.policyType {
+				types[d.i] = true
+			}
+		}
 	}
 	return types
 }
@@ -136,7 +143,7 @@ func (c *Compiler) removePolicy(p *policyState, ch *changes) {
 	}
 	// The names its chains and rules hold (see planPolicy) go with it.
 	for _, d := range directions {
-		if p.chains[d.name] != nil {
+		if p.chains[d.i] != nil {
 			c.releaseChainName(d.name, p.key.namespace, p.key.name)
 			if p.flowLogged {
 				c.retireFlowID(d.name, p.key.namespace, p.key.name)
@@ -203,7 +210,7 @@ func (c *Compiler) selectTargets(p *policyState, ch *changes) {
 func (c *Compiler) activate(p *policyState) {
 	p.active = true
 	for _, d := range directions {
-		if chain := p.chains[d.name]; chain != nil {
+		if chain := p.chains[d.i]; chain != nil {
 			c.putChain(chainSortKey(1, p.key, d), chain)
 		}
 	}
@@ -219,7 +226,9 @@ func (c *Compiler) activate(p *policyState) {
 func (c *Compiler) deactivate(p *policyState) {
 	p.active = false
 	for _, chain := range p.chains {
-		c.dropChain(chain.Name)
+		if chain != nil {
+			c.dropChain(chain.Name)
+		}
 	}
 	for _, u := range p.peerUses {
 		c.releasePeers(u.key)
@@ -232,7 +241,7 @@ func (c *Compiler) deactivate(p *policyState) {
 // planPolicy builds what follows from a policy's spec: its selector, its
 // chains, the sets they use, and what cannot be compiled.
 func (c *Compiler) planPolicy(np *networkingv1.NetworkPolicy) *policyState {
-	p := &policyState{key: objKey{np.Namespace, np.Name}, np: np, types: policyTypes(np), chains: map[string]*nft.Chain{}, ruleIndex: map[string][]int{}, flat: map[string][]flatRule{}}
+	p := &policyState{key: objKey{np.Namespace, np.Name}, np: np, types: policyTypes(np)}
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil {
 		p.selProblems = []Problem{{Object: policyObject(np), Err: fmt.Errorf("spec.podSelector: %w", err)}}
@@ -241,8 +250,8 @@ func (c *Compiler) planPolicy(np *networkingv1.NetworkPolicy) *policyState {
 	p.sel = sel
 	p.flowLogged = c.flowLogged(np.Namespace)
 	for _, d := range directions {
-		if p.types[d.policyType] {
-			p.chains[d.name] = c.policyChain(p, d)
+		if p.types[d.i] {
+			p.chains[d.i] = c.policyChain(p, d)
 		}
 	}
 	return p
@@ -342,7 +351,7 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 				}
 				use := portUse{name: port.Port.StrVal, proto: proto, ingress: d == ingress}
 				p.portUses = append(p.portUses, use)
-				p.flat[d.name] = append(p.flat[d.name], flatRule{key: key, parsed: parsed, proto: proto, named: use.name})
+				p.flat[d.i] = append(p.flat[d.i], flatRule{key: key, parsed: parsed, proto: proto, named: use.name})
 				for _, f := range families {
 					exprs := append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(use, f)})
 					add(nft.Rule{Exprs: append(exprs, allow...), Comment: comment})
@@ -357,7 +366,7 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 					fr.last = uint16(*port.EndPort)
 				}
 			}
-			p.flat[d.name] = append(p.flat[d.name], fr)
+			p.flat[d.i] = append(p.flat[d.i], fr)
 			var portExprs []nft.Expr
 			if proto != 0 {
 				portExprs = append(portExprs, nft.L4ProtoEq{Proto: proto})
@@ -380,6 +389,6 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 			}
 		}
 	}
-	p.ruleIndex[d.name] = index
+	p.ruleIndex[d.i] = index
 	return ch
 }
