@@ -241,6 +241,7 @@ func cleanup(cfg *config, log *zap.Logger) error {
 func runDaemon(cfg *config, log *zap.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	collectorTarget(log)
 	limitMemory(log)
 
 	conn, err := nft.Open(cfg.netns)

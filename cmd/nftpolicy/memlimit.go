@@ -17,6 +17,26 @@ import (
 // OOM-kills.
 const memoryLimitShare = 0.8
 
+// daemonGCPercent is the daemon's collector target (GOGC): the heap may
+// grow by half its live data between collections, not by all of it as by
+// Go's default (100). The daemon's heap peaks once, at the first sync,
+// with the decoded cluster, the compiled table and the batch alive at
+// once, and most of its allocations then are garbage within the second:
+// at 150k pods and 10k policies (in-process, enforcer), the heap peaked
+// at 526 MB with 100 and 380 MB with 50, the compile and the write taking
+// the same time. Afterwards a pod event allocates about 1 MB, so a
+// collection every hundred events or so costs nothing to speak of.
+const daemonGCPercent = 50
+
+// collectorTarget sets daemonGCPercent, unless GOGC says otherwise.
+func collectorTarget(log *zap.Logger) {
+	if v := os.Getenv("GOGC"); v != "" { // empty is unset, to Go too
+		log.Info("collector target from GOGC", zap.String("GOGC", v))
+		return
+	}
+	debug.SetGCPercent(daemonGCPercent)
+}
+
 // limitMemory makes the Go garbage collector hold the heap under the
 // memory limit of the daemon's cgroup (a DaemonSet's limits.memory, a
 // systemd unit's MemoryMax=), unless GOMEMLIMIT says otherwise.

@@ -3,7 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
+
+	"go.uber.org/zap"
 )
 
 // TestCgroupMemoryLimit feeds cgroupMemoryLimit the /proc/self/cgroup
@@ -60,5 +63,22 @@ func TestCgroupMemoryLimit(t *testing.T) {
 				t.Errorf("got %d %q %v, want %d %q %v", limit, where, ok, tc.limit, tc.where, tc.ok)
 			}
 		})
+	}
+}
+
+// TestCollectorTarget: the daemon halves Go's default collector target,
+// and GOGC, when set, wins.
+func TestCollectorTarget(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	t.Setenv("GOGC", "")
+	collectorTarget(zap.NewNop())
+	if got := debug.SetGCPercent(100); got != daemonGCPercent {
+		t.Errorf("GOGC unset: the collector target is %d, want %d", got, daemonGCPercent)
+	}
+	t.Setenv("GOGC", "100")
+	collectorTarget(zap.NewNop())
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=100: the collector target is %d, want 100", got)
 	}
 }
