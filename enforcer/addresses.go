@@ -52,12 +52,22 @@ import (
 // say in peer sets, until another pod claims the address.
 
 // A claim is a pod's view with all the addresses it reports, and what
-// ranks it against another pod reporting one of them.
+// ranks it against another pod reporting one of them. It also holds the
+// view the pod takes part in policy with, which is the same object unless
+// another pod wins an address (one record per pod, not a map of views
+// beside the claims: 10 MB at 150k pods).
 type claim struct {
-	view        *pod // every address the pod reports
+	view    *pod // every address the pod reports
+	created time.Time
+	// effective is the view resolvePod last gave the pod: view, view
+	// without the addresses others won, or nil when none is left.
+	effective   *pod
 	terminating bool
-	created     time.Time
 	unsettled   bool // its definitions disagree on where it is (k8s.Snapshot.Unsettled)
+	// withdrawn: the pod no longer claims anything (it went, or takes no
+	// part); the claim stays in claimsByPod, out of the address index,
+	// only until resolvePod takes its effective view out.
+	withdrawn bool
 }
 
 // outranks reports whether a wins an address over b.
@@ -183,21 +193,24 @@ func (c *Compiler) resolveAddresses(keys map[objKey]bool, addrs map[netip.Addr]b
 // as its claim (if any) and the others on its addresses decide.
 func (c *Compiler) resolvePod(k objKey, ch *changes) {
 	delete(c.addrProblems, k)
+	cl := c.claimsByPod[k]
+	if cl == nil {
+		return // no claim, and none withdrawn: it took no part, and takes none
+	}
+	old := cl.effective
 	var view *pod
-	if cl := c.claimsByPod[k]; cl != nil {
+	if cl.withdrawn {
+		delete(c.claimsByPod, k)
+	} else {
 		view = c.effectiveView(cl)
 	}
-	old := c.pods[k]
 	switch {
 	case old == nil && view == nil:
 		return
 	case old != nil && view != nil && old.equal(view):
 		return // keep the object: what was built from it stays valid
-	case view == nil:
-		delete(c.pods, k)
-	default:
-		c.pods[k] = view
 	}
+	cl.effective = view
 	c.podChanged(old, view, ch)
 }
 

@@ -147,11 +147,13 @@ type Compiler struct {
 	podList    []*k8s.Pod
 	policyList []*networkingv1.NetworkPolicy
 
-	namespaces    map[string]labels.Set // with the name label the API server always sets
-	flowNS        map[string]bool       // namespaces annotated for flow logs (k8s.FlowLogged)
-	pods          map[objKey]*pod       // the pods that take part in policy, with the addresses they win
-	claimsByPod   map[objKey]*claim     // the same pods with every address they report
-	claims        addressClaims         // claimsByPod by address
+	namespaces map[string]labels.Set // with the name label the API server always sets
+	flowNS     map[string]bool       // namespaces annotated for flow logs (k8s.FlowLogged)
+	// claimsByPod: the pods that take part in policy, each with every
+	// address it reports and the view it takes part with (the addresses
+	// it wins).
+	claimsByPod   map[objKey]*claim
+	claims        addressClaims // claimsByPod by address
 	podProblems   map[objKey][]Problem
 	addrProblems  map[objKey][]Problem         // addresses lost to another pod
 	quarantined   map[objKey]bool              // the last snapshot's Quarantined
@@ -264,7 +266,6 @@ func NewCompiler(opts Options) *Compiler {
 		bit:            allowBit(opts.MarkMask),
 		namespaces:     map[string]labels.Set{},
 		flowNS:         map[string]bool{},
-		pods:           map[objKey]*pod{},
 		podProblems:    map[objKey][]Problem{},
 		claimsByPod:    map[objKey]*claim{},
 		claims:         newAddressClaims(),

@@ -61,7 +61,9 @@ func checkIncremental(t *testing.T, inc *Compiler, opts Options, prev *nft.Table
 // compile of snap.
 func checkCompiled(t *testing.T, inc *Compiler, opts Options, prev, got *nft.Table, gotProblems []Problem, snap *k8s.Snapshot, priority int32, where string) *nft.Table {
 	t.Helper()
-	want, wantProblems := NewCompiler(opts).Compile(snap, priority)
+	fresh := NewCompiler(opts)
+	want, wantProblems := fresh.Compile(snap, priority)
+	checkClaims(t, fresh, inc, where)
 	if diff := gocmp.Diff(nft.Render(want), nft.Render(got)); diff != "" {
 		t.Fatalf("%s: incremental table differs from a full compile (-full +incremental):\n%s", where, diff)
 	}
@@ -73,6 +75,27 @@ func checkCompiled(t *testing.T, inc *Compiler, opts Options, prev, got *nft.Tab
 		checkDelta(t, inc, prev, got, where)
 	}
 	return got
+}
+
+// checkClaims fails t unless inc holds a claim for the pods fresh does,
+// each taking part with an equal view: none left behind by a pod that
+// went, which the tables would not show.
+func checkClaims(t *testing.T, fresh, inc *Compiler, where string) {
+	t.Helper()
+	for k, cl := range inc.claimsByPod {
+		want := fresh.claimsByPod[k]
+		switch {
+		case cl.withdrawn:
+			t.Fatalf("%s: the claim of %s stays withdrawn after the compile", where, k)
+		case want == nil:
+			t.Fatalf("%s: a claim of %s, which a fresh compiler does not hold", where, k)
+		case (cl.effective == nil) != (want.effective == nil) || cl.effective != nil && !cl.effective.equal(want.effective):
+			t.Fatalf("%s: %s takes part as %+v, a fresh compiler's as %+v", where, k, cl.effective, want.effective)
+		}
+	}
+	if len(inc.claimsByPod) != len(fresh.claimsByPod) {
+		t.Fatalf("%s: %d claims, a fresh compiler %d", where, len(inc.claimsByPod), len(fresh.claimsByPod))
+	}
 }
 
 // checkDelta fails t unless inc's Delta, from prev to got (its last

@@ -242,12 +242,17 @@ func (c *Compiler) syncPods(pods []*k8s.Pod, quarantine []ktypes.NamespacedName,
 		contested := old != nil && c.claims.contested(old.view.ips)
 		if old != nil {
 			c.claims.remove(old)
-			delete(c.claimsByPod, k)
 		}
-		if cl != nil {
+		switch {
+		case cl != nil:
+			if old != nil {
+				cl.effective = old.effective // what resolvePod compares with
+			}
 			c.claims.add(cl)
 			c.claimsByPod[k] = cl
 			contested = contested || c.claims.contested(cl.view.ips)
+		case old != nil:
+			old.withdrawn = true // resolvePod takes its view out
 		}
 		if !contested {
 			c.resolvePod(k, ch)
