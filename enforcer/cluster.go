@@ -232,10 +232,23 @@ func (c *Compiler) syncClusterPolicies(cnps []*policyv1beta1.ClusterNetworkPolic
 			for _, u := range old.peerUses {
 				c.releasePeersName(u.key)
 			}
+			for _, u := range old.portUses {
+				if !u.ingress {
+					c.releasePortSets(u)
+				}
+			}
 			delete(c.cluster, k.name)
 		}
 		if cnp != nil {
-			c.cluster[k.name] = c.planClusterPolicy(cnp)
+			p := c.planClusterPolicy(cnp)
+			// Egress named-port sets follow the policy, not its
+			// activation, as a NetworkPolicy's do (addPolicy).
+			for _, u := range p.portUses {
+				if !u.ingress {
+					c.acquirePortSets(u)
+				}
+			}
+			c.cluster[k.name] = p
 		}
 	})
 }
@@ -1079,7 +1092,9 @@ func (c *Compiler) activateCluster(p *clusterPolicyState) {
 		c.acquirePeers(u.key, u.parsed)
 	}
 	for _, u := range p.portUses {
-		c.acquirePortSets(u)
+		if u.ingress { // egress ones follow the policy (syncClusterPolicies)
+			c.acquirePortSets(u)
+		}
 	}
 }
 
@@ -1089,7 +1104,9 @@ func (c *Compiler) deactivateCluster(p *clusterPolicyState) {
 		c.releasePeers(u.key)
 	}
 	for _, u := range p.portUses {
-		c.releasePortSets(u)
+		if u.ingress {
+			c.releasePortSets(u)
+		}
 	}
 }
 

@@ -101,7 +101,10 @@
 // one per distinct peer list or union of them), named-port sets (address
 // . protocol . port of the pods serving a port name: this node's pods for
 // ingress, every pod for egress, one set per name and protocol), the
-// ports maps and the dispatch maps.
+// ports maps and the dispatch maps. An egress named-port set is in the
+// table while any policy of the cluster uses it, whether or not it
+// selects a pod here: built from every pod, it must not come and go with
+// the one local pod that makes such a policy active.
 //
 // # Names
 //

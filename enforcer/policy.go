@@ -117,6 +117,18 @@ func (c *Compiler) syncPolicies(nps []*networkingv1.NetworkPolicy, ch *changes) 
 func (c *Compiler) addPolicy(np *networkingv1.NetworkPolicy, ch *changes) {
 	k := objKey{np.Namespace, np.Name}
 	p := c.planPolicy(np)
+	// An egress named-port set holds every pod of the cluster serving the
+	// name (300k elements at 150k pods): it is held while a policy of the
+	// cluster uses it, active here or not, so that it does not go with
+	// the one pod of this node that keeps such a policy active and come
+	// back whole, built and written again, when that pod does (61 MB and
+	// 300k elements for one pod event). An ingress one holds this node's
+	// pods alone, and follows activation (activate).
+	for _, u := range p.portUses {
+		if !u.ingress {
+			c.acquirePortSets(u)
+		}
+	}
 	c.policies[k] = p
 	byName := c.policiesByNS[k.namespace]
 	i, _ := slices.BinarySearchFunc(byName, k.name, policyByName)
@@ -140,6 +152,11 @@ func policyByName(p *policyState, name string) int {
 func (c *Compiler) removePolicy(p *policyState, ch *changes) {
 	if p.active {
 		c.deactivate(p)
+	}
+	for _, u := range p.portUses {
+		if !u.ingress {
+			c.releasePortSets(u)
+		}
 	}
 	// The names its chains and rules hold (see planPolicy) go with it.
 	for _, d := range directions {
@@ -218,7 +235,9 @@ func (c *Compiler) activate(p *policyState) {
 		c.acquirePeers(u.key, u.parsed)
 	}
 	for _, u := range p.portUses {
-		c.acquirePortSets(u)
+		if u.ingress { // egress ones follow the policy itself (addPolicy)
+			c.acquirePortSets(u)
+		}
 	}
 }
 
@@ -234,7 +253,9 @@ func (c *Compiler) deactivate(p *policyState) {
 		c.releasePeers(u.key)
 	}
 	for _, u := range p.portUses {
-		c.releasePortSets(u)
+		if u.ingress {
+			c.releasePortSets(u)
+		}
 	}
 }
 

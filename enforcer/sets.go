@@ -478,8 +478,9 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 // what is in it: at 150k pods an egress set has 300k elements, and a count
 // of every element took 16 MB (52 MB keyed by the whole element) and a
 // fifth of the first compile's time. The sets keep their elements in
-// chunks (chunks.go), so that a patch copies only what it edits. Their
-// users are the rules of active policies matching against them.
+// chunks (chunks.go), so that a patch copies only what it edits. The
+// egress ones are held by every policy of the cluster using them, active
+// or not (addPolicy); the ingress ones by active policies.
 type portSets struct {
 	use    portUse
 	dups   map[nft.Element]int32 // pods giving an element beyond the first; usually empty (see memberPatch)
