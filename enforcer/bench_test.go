@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/nftpolicy/nftpolicy/internal/scale"
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
@@ -81,4 +83,32 @@ func labelChange(namespaces, policiesPerNS int) (base, changed *k8s.Snapshot) {
 	p.Labels["tier"] = "tier-1"
 	next.Pods[i] = p
 	return base, &next
+}
+
+// BenchmarkCompileEventLarge measures the incremental compiler for one pod
+// added to (then removed from) a cluster of 150k pods and 10k policies,
+// where every pod serves the named ports of the egress named-port sets
+// (300k elements): what a pod event costs at the size of issue 14, in
+// time and, above all, in allocation (B/op), which drives the collector.
+// Run: go test -run '^$' -bench CompileEventLarge -benchmem ./enforcer/
+func BenchmarkCompileEventLarge(b *testing.B) {
+	base := scale.Cluster(100, 1500, 100, 30, testNode, false)
+	extra := base.Pods[3].DeepCopy() // a peer of the team-0 policies
+	extra.Name, extra.Spec.NodeName = "extra", "node-other"
+	extra.Status.PodIPs = []corev1.PodIP{{IP: "10.250.0.1"}, {IP: "fd00::fa:0:1"}}
+	added := *base
+	added.Pods = append(slices.Clone(base.Pods), extra)
+	added.Sort()
+	snaps := []*k8s.Snapshot{&added, base}
+	c := NewCompiler(Options{Node: testNode})
+	c.Compile(base, DefaultPriority)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		c.Compile(snaps[i%2], DefaultPriority)
+		if d := c.Delta(); d.Full || d.Empty() {
+			b.Fatalf("delta %+v", d)
+		}
+		i++
+	}
 }

@@ -84,3 +84,53 @@ func TestPatchChunksMatchesFlat(t *testing.T) {
 		}
 	}
 }
+
+// TestRangeEditsAreTheDiff: whatever sequence of addresses addAddr and
+// removeAddr take in and out of a peer set's ranges, in any order, the
+// edits they record are exactly the ranges the first list has and the
+// last has not, and the reverse: the exact patch the writer trusts.
+func TestRangeEditsAreTheDiff(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	addr := func() netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(64))}) }
+	for i := range 3000 {
+		var start []nft.Element
+		for range r.IntN(40) {
+			start = addAddr(start, addr(), nil)
+		}
+		cur, edits := slices.Clone(start), &rangeEdits{}
+		for range 1 + r.IntN(12) {
+			if r.IntN(2) == 0 {
+				cur = addAddr(cur, addr(), edits)
+			} else {
+				cur = removeAddr(cur, addr(), edits)
+			}
+		}
+		had, has := map[nft.Element]bool{}, map[nft.Element]bool{}
+		for _, el := range start {
+			had[el] = true
+		}
+		for _, el := range cur {
+			has[el] = true
+		}
+		for el := range had {
+			if !has[el] != edits.removed[el] {
+				t.Fatalf("case %d: %v went=%v, recorded removed=%v", i, el, !has[el], edits.removed[el])
+			}
+		}
+		for el := range has {
+			if !had[el] != edits.added[el] {
+				t.Fatalf("case %d: %v came=%v, recorded added=%v", i, el, !had[el], edits.added[el])
+			}
+		}
+		for el := range edits.removed {
+			if !had[el] || has[el] {
+				t.Fatalf("case %d: recorded removed %v, which the first list has=%v and the last has=%v", i, el, had[el], has[el])
+			}
+		}
+		for el := range edits.added {
+			if had[el] || !has[el] {
+				t.Fatalf("case %d: recorded added %v, which the first list has=%v and the last has=%v", i, el, had[el], has[el])
+			}
+		}
+	}
+}

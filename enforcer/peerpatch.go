@@ -66,15 +66,17 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 		}
 	}
 	elems := map[nft.IPFamily][]nft.Element{}
+	edits := map[nft.IPFamily]*rangeEdits{}
 	edit := func(ip netip.Addr, add bool) {
 		f := nft.FamilyOf(ip)
 		if _, ok := elems[f]; !ok {
 			elems[f] = slices.Clone(e.sets[f].Elements)
+			edits[f] = &rangeEdits{}
 		}
 		if add {
-			elems[f] = addAddr(elems[f], ip)
+			elems[f] = addAddr(elems[f], ip, edits[f])
 		} else {
-			elems[f] = removeAddr(elems[f], ip)
+			elems[f] = removeAddr(elems[f], ip, edits[f])
 		}
 	}
 	for _, ip := range slices.SortedFunc(maps.Keys(mp.gone), netip.Addr.Compare) {
@@ -85,10 +87,56 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 	}
 	for _, f := range families {
 		if next, ok := elems[f]; ok {
-			c.setPeerElements(e, f, next)
+			c.patchPeerSet(e, f, next, edits[f])
 		}
 	}
 	return true
+}
+
+// rangeEdits are the ranges a patch of a peer set took out of the set as
+// it was and put into it, each edit of one address composed with those
+// before (a range put in and taken out again by a later edit is neither).
+type rangeEdits struct{ removed, added map[nft.Element]bool }
+
+func (r *rangeEdits) remove(el nft.Element) {
+	if r.added[el] {
+		delete(r.added, el)
+		return
+	}
+	if r.removed == nil {
+		r.removed = map[nft.Element]bool{}
+	}
+	r.removed[el] = true
+}
+
+func (r *rangeEdits) add(el nft.Element) {
+	if r.removed[el] {
+		delete(r.removed, el)
+		return
+	}
+	if r.added == nil {
+		r.added = map[nft.Element]bool{}
+	}
+	r.added[el] = true
+}
+
+// patchPeerSet makes elems, which edits made of what e's set of family f
+// held, that set's ranges (setPeerElements), and gives the delta the
+// exact change, so that the writer need not compare two sets of thousands
+// of ranges to find the few an event moved. Only for the set of the
+// previous table: a set already replaced in this compile leaves its
+// change to the comparison.
+func (c *Compiler) patchPeerSet(e *peerSets, f nft.IPFamily, elems []nft.Element, edits *rangeEdits) {
+	before := e.sets[f]
+	_, replaced := c.sets.touched[c.peersSetName(e.key, f)]
+	c.setPeerElements(e, f, elems)
+	if before == nil || e.sets[f] == before || replaced {
+		return
+	}
+	byAddr := func(a, b nft.Element) int { return a.Addr.Compare(b.Addr) }
+	c.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true,
+		Removed: slices.SortedFunc(maps.Keys(edits.removed), byAddr),
+		Added:   slices.SortedFunc(maps.Keys(edits.added), byAddr)}
 }
 
 // inBlocks reports whether an ipBlock of e names ip.
@@ -119,8 +167,9 @@ func rangeOf(first, last netip.Addr) nft.Element {
 }
 
 // addAddr adds ip to ranges sorted and merged as rangesOf leaves them,
-// merging it with a neighbour it touches.
-func addAddr(ranges []nft.Element, ip netip.Addr) []nft.Element {
+// merging it with a neighbour it touches. It records in edits (if not
+// nil) the ranges it replaces and the one it puts in.
+func addAddr(ranges []nft.Element, ip netip.Addr, edits *rangeEdits) []nft.Element {
 	i, _ := slices.BinarySearchFunc(ranges, ip, func(el nft.Element, ip netip.Addr) int { return lastOf(el).Compare(ip) })
 	if i < len(ranges) && ranges[i].Addr.Compare(ip) <= 0 {
 		return ranges // already in ranges[i]
@@ -133,11 +182,19 @@ func addAddr(ranges []nft.Element, ip netip.Addr) []nft.Element {
 	if i < len(ranges) && ip.Next() == ranges[i].Addr {
 		last, hi = lastOf(ranges[i]), i+1
 	}
+	if edits != nil {
+		for _, el := range ranges[lo:hi] {
+			edits.remove(el)
+		}
+		edits.add(rangeOf(first, last))
+	}
 	return slices.Replace(ranges, lo, hi, rangeOf(first, last))
 }
 
-// removeAddr takes ip out of the ranges, splitting the one holding it.
-func removeAddr(ranges []nft.Element, ip netip.Addr) []nft.Element {
+// removeAddr takes ip out of the ranges, splitting the one holding it,
+// and records in edits (if not nil) the range it takes out and the parts
+// it puts in.
+func removeAddr(ranges []nft.Element, ip netip.Addr, edits *rangeEdits) []nft.Element {
 	i, _ := slices.BinarySearchFunc(ranges, ip, func(el nft.Element, ip netip.Addr) int { return lastOf(el).Compare(ip) })
 	if i == len(ranges) || ranges[i].Addr.Compare(ip) > 0 {
 		return ranges // not there
@@ -149,6 +206,12 @@ func removeAddr(ranges []nft.Element, ip netip.Addr) []nft.Element {
 	}
 	if lastOf(el) != ip {
 		parts = append(parts, rangeOf(ip.Next(), lastOf(el)))
+	}
+	if edits != nil {
+		edits.remove(el)
+		for _, p := range parts {
+			edits.add(p)
+		}
 	}
 	return slices.Replace(ranges, i, i+1, parts...)
 }

@@ -353,6 +353,7 @@ func mergeRanges(a, b []nft.Element) []nft.Element {
 // of the parts, which are up to date.
 func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
 	elems := map[nft.IPFamily][]nft.Element{} // a copy of a set's ranges, once edited
+	edits := map[nft.IPFamily]*rangeEdits{}
 	inParts := func(ip netip.Addr) bool {
 		return slices.ContainsFunc(c.unionParts(e), func(part *peerSets) bool {
 			return inRangeElements(part.sets[nft.FamilyOf(ip)].Elements, ip)
@@ -373,11 +374,12 @@ func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
 					if want := inParts(ip); want != inRangeElements(cur, ip) {
 						if !copied {
 							cur = slices.Clone(cur) // the table's set is never edited
+							edits[f] = &rangeEdits{}
 						}
 						if want {
-							elems[f] = addAddr(cur, ip)
+							elems[f] = addAddr(cur, ip, edits[f])
 						} else {
-							elems[f] = removeAddr(cur, ip)
+							elems[f] = removeAddr(cur, ip, edits[f])
 						}
 					}
 				}
@@ -385,7 +387,7 @@ func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
 		}
 	}
 	for f, next := range elems {
-		c.setPeerElements(e, f, next)
+		c.patchPeerSet(e, f, next, edits[f])
 	}
 }
 
