@@ -56,18 +56,24 @@ func BenchmarkCompileEvent(b *testing.B) {
 		snap, changed := labelChange(100, policiesPerNS)
 		snaps := []*k8s.Snapshot{changed, snap}
 		b.Run(fmt.Sprintf("policies=%d/pods=10000/pod-label", 100*policiesPerNS), func(b *testing.B) {
-			c := NewCompiler(Options{Node: testNode})
-			c.Compile(snap, DefaultPriority)
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				c.Compile(snaps[i%2], DefaultPriority)
-				if d := c.Delta(); d.Full || d.Empty() {
-					b.Fatalf("delta %+v", d)
-				}
-				i++
-			}
+			benchAlternating(b, snap, snaps)
 		})
+	}
+}
+
+// benchAlternating compiles base, then measures compiling each of snaps in
+// turn, each an event away from the one before, with its delta.
+func benchAlternating(b *testing.B, base *k8s.Snapshot, snaps []*k8s.Snapshot) {
+	c := NewCompiler(Options{Node: testNode})
+	c.Compile(base, DefaultPriority)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		c.Compile(snaps[i%len(snaps)], DefaultPriority)
+		if d := c.Delta(); d.Full || d.Empty() {
+			b.Fatalf("delta %+v", d)
+		}
+		i++
 	}
 }
 
@@ -99,16 +105,5 @@ func BenchmarkCompileEventLarge(b *testing.B) {
 	added := *base
 	added.Pods = append(slices.Clone(base.Pods), extra)
 	added.Sort()
-	snaps := []*k8s.Snapshot{&added, base}
-	c := NewCompiler(Options{Node: testNode})
-	c.Compile(base, DefaultPriority)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		c.Compile(snaps[i%2], DefaultPriority)
-		if d := c.Delta(); d.Full || d.Empty() {
-			b.Fatalf("delta %+v", d)
-		}
-		i++
-	}
+	benchAlternating(b, base, []*k8s.Snapshot{&added, base})
 }
