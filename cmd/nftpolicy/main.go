@@ -241,7 +241,6 @@ func cleanup(cfg *config, log *zap.Logger) error {
 func runDaemon(cfg *config, log *zap.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	collectorTarget(log)
 	limitMemory(log)
 
 	conn, err := nft.Open(cfg.netns)
@@ -308,8 +307,12 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 			}
 			return err
 		}
+		// From here: the first sync is the peak (daemonGCPercent), the
+		// list before it is not.
+		collectorTarget(log)
 		updates = checkSnapshots(ctx, cfg, log, src, in)
 	} else {
+		collectorTarget(log)
 		// A table already in the kernel is what the daemon before this one
 		// programmed (a restart, kill -9, an upgrade): the last good state.
 		_, err := conn.TableComment(cfg.table)
