@@ -39,6 +39,7 @@ func collectorTarget(log *zap.Logger) {
 		return
 	}
 	debug.SetGCPercent(daemonGCPercent)
+	log.Info("collector target", zap.Int("GOGC", daemonGCPercent), zap.String("why", "the first sync is the daemon's peak; GOGC sets another"))
 }
 
 // limitMemory makes the Go garbage collector hold the heap under the
