@@ -144,13 +144,7 @@ func TestHostileClaimsKernelWorld(t *testing.T) {
 // TestHostileClaimsKernelDenseRanges: the dense ranges world
 // (hostile_claims_ranges_test.go), every peer set patched, on the kernel.
 func TestHostileClaimsKernelDenseRanges(t *testing.T) {
-	testns.RequireRoot(t, "nft", "ip")
-	ns := testns.New(t, "hcr")
-	conn, err := nft.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ns, conn := openKernelNS(t, "hcr")
 	step := 0
 	runDenseRanges(t, 11, 100, func(d *nft.Delta, got *nft.Table, where string) {
 		if d == nil {
@@ -173,4 +167,18 @@ func TestHostileClaimsKernelDenseRanges(t *testing.T) {
 			}
 		}
 	})
+}
+
+// openKernelNS makes a network namespace named after prefix, gone when
+// the test ends, and a connection to its nftables, closed then.
+func openKernelNS(t *testing.T, prefix string) (string, *nft.Conn) {
+	t.Helper()
+	testns.RequireRoot(t, "nft", "ip")
+	ns := testns.New(t, prefix)
+	conn, err := nft.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return ns, conn
 }

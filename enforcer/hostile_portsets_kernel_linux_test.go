@@ -131,13 +131,7 @@ func hpProgram(t *testing.T, conn *nft.Conn, inc *Compiler, prev, got *nft.Table
 }
 
 func TestHostilePortSetsKernelWorld(t *testing.T) {
-	testns.RequireRoot(t, "nft", "ip")
-	ns := testns.New(t, "hpnp")
-	conn, err := nft.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ns, conn := openKernelNS(t, "hpnp")
 	w := newHPWorld(7, 1500)
 	inc := NewCompiler(Options{Node: testNode})
 	var prev *nft.Table
@@ -173,13 +167,7 @@ func TestHostilePortSetsKernelWorld(t *testing.T) {
 // empty sets), then half of them, interleaved, and pods at the very ends
 // of both address spaces.
 func TestHostilePortSetsKernelEmptyAndRefill(t *testing.T) {
-	testns.RequireRoot(t, "nft", "ip")
-	ns := testns.New(t, "hpnp")
-	conn, err := nft.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ns, conn := openKernelNS(t, "hpnp")
 	full := scale.Cluster(15, 1000, 3, 15, testNode, false)
 	// One more egress policy, so that http is an egress named-port set too.
 	full.Policies = append(full.Policies, hpEgressPolicy("ns-0", "egress-http", scale.NamedPort(tcp, "http")))
