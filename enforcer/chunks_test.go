@@ -27,7 +27,7 @@ func TestPatchChunksMatchesFlat(t *testing.T) {
 		slices.SortFunc(out, compareElements)
 		return slices.CompactFunc(out, func(a, b nft.Element) bool { return compareElements(a, b) == 0 })
 	}
-	for i := range 800 {
+	for i := range 400 {
 		var elems, removed, added []nft.Element
 		switch i % 4 {
 		case 0: // a pod event: a few edits in a large set
