@@ -58,15 +58,7 @@ func TestHostilePortSetsScale(t *testing.T) {
 	// must patch the named-port sets exactly, by at most perSet elements.
 	event := func(name string, perSet int, change func(s *k8s.Snapshot)) uint64 {
 		t.Helper()
-		next := *cur
-		next.Pods = slices.Clone(cur.Pods)
-		change(&next)
-		next.Sort()
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		got, _ := inc.Compile(&next, DefaultPriority)
-		d := inc.Delta()
-		runtime.ReadMemStats(&after)
+		next, got, d, cost := compileEvent(inc, cur, change)
 		if d.Full {
 			t.Fatalf("%s: a full delta (%s)", name, d.Reason)
 		}
@@ -82,8 +74,8 @@ func TestHostilePortSetsScale(t *testing.T) {
 			}
 		}
 		olds = append(olds, old{got, hpPortSetsSum(got), name})
-		cur = &next
-		return after.TotalAlloc - before.TotalAlloc
+		cur = next
+		return cost
 	}
 	drop := func(names ...string) func(s *k8s.Snapshot) {
 		return func(s *k8s.Snapshot) {
@@ -255,17 +247,8 @@ func TestHostilePortSetsScaleReactivation(t *testing.T) {
 	cur := snap
 	event := func(name string, change func(s *k8s.Snapshot)) {
 		t.Helper()
-		next := *cur
-		next.Pods = slices.Clone(cur.Pods)
-		change(&next)
-		next.Sort()
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		got, _ := inc.Compile(&next, DefaultPriority)
-		d := inc.Delta()
-		runtime.ReadMemStats(&after)
-		cur = &next
-		cost := after.TotalAlloc - before.TotalAlloc
+		next, got, d, cost := compileEvent(inc, cur, change)
+		cur = next
 		var big []string
 		for _, s := range d.AddSets {
 			if isPortSet(s) && s.Len() > 1000 {
@@ -287,4 +270,20 @@ func TestHostilePortSetsScaleReactivation(t *testing.T) {
 		s.Pods = slices.DeleteFunc(s.Pods, func(p *k8s.Pod) bool { return p == local })
 	})
 	event("it comes back", func(s *k8s.Snapshot) { s.Pods = append(s.Pods, local) })
+}
+
+// compileEvent compiles cur as change leaves it, and returns that
+// snapshot, the table, its delta and the bytes the compile allocated.
+func compileEvent(inc *Compiler, cur *k8s.Snapshot, change func(s *k8s.Snapshot)) (*k8s.Snapshot, *nft.Table, *nft.Delta, uint64) {
+	next := *cur
+	next.Pods = slices.Clone(cur.Pods)
+	change(&next)
+	next.Sort()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, _ := inc.Compile(&next, DefaultPriority)
+	d := inc.Delta()
+	runtime.ReadMemStats(&after)
+	return &next, got, d, after.TotalAlloc - before.TotalAlloc
 }

@@ -559,7 +559,7 @@ func (c *Compiler) acquirePortSets(u portUse) {
 		}
 		// Sorted, the IPv4 elements come first (netip.Addr orders by
 		// length): each family is a part of the list, made unique in
-		// place and then copied out at its size, which the set keeps.
+		// place and then copied out in chunks, which the set keeps.
 		slices.SortFunc(every, compareElements)
 		v6 := slices.IndexFunc(every, func(el nft.Element) bool { return nft.FamilyOf(el.Addr) == nft.IPv6 })
 		if v6 < 0 {
