@@ -118,6 +118,9 @@ type config struct {
 	clusterPolicies                           int
 	timing                                    enforcer.Timing
 	walkPolicies, deferUnions                 bool
+	kinds                                     map[string]bool // the event kinds to measure; all when empty
+	viaRun                                    bool
+	cpuProfile                                string
 }
 
 func run() int {
@@ -128,7 +131,15 @@ func run() int {
 	flag.IntVar(&cfg.clusterPolicies, "cluster-policies", 0, "ClusterNetworkPolicies in the cluster; above 0 adds the cnp event kinds")
 	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
 	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured events to this file")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured events (not the first sync) to this file")
+	flag.Func("kinds", "comma-separated event kinds to measure (as the tables name them, e.g. \"namespace label change,policy edit\"); all when not given", func(v string) error {
+		cfg.kinds = map[string]bool{}
+		for _, k := range strings.Split(v, ",") {
+			cfg.kinds[strings.TrimSpace(k)] = true
+		}
+		return nil
+	})
+	flag.BoolVar(&cfg.viaRun, "run", true, "also measure each event through Run (debounce, send -> sync done)")
 	flag.BoolVar(&cfg.deferUnions, "defer-unions", true, "let an event's sync leave new large unions of peer lists to the next sync (enforcer.Options.DeferUnions), as nftpolicy run does; the measured Sync is then followed by an untimed one that merges them, as Run does once the cluster is quiet")
 	flag.BoolVar(&cfg.walkPolicies, "walk-policies", false, "pod chains walk every selecting policy (enforcer.Options.WalkPolicies), the layout before the flat stage")
 	// The daemon's defaults (cmd/nftpolicy: --debounce, --max-delay).
@@ -147,20 +158,6 @@ func run() int {
 	if cfg.local < 1 || cfg.local > cfg.namespaces*cfg.pods {
 		fmt.Fprintln(os.Stderr, "-local must be between 1 and the number of pods")
 		return 2
-	}
-
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
 	}
 
 	// An interrupt cancels ctx instead of killing the process, so that the
@@ -193,6 +190,19 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	kinds, err := eventKinds(c, cfg.events)
 	if err != nil {
 		return err
+	}
+	if len(cfg.kinds) > 0 {
+		var chosen []eventKind
+		for _, k := range kinds {
+			if cfg.kinds[k.name] {
+				chosen = append(chosen, k)
+				delete(cfg.kinds, k.name)
+			}
+		}
+		for name := range cfg.kinds {
+			return fmt.Errorf("-kinds: no event kind %q", name)
+		}
+		kinds = chosen
 	}
 
 	netns := fmt.Sprintf("nftbench-ev-%d", os.Getpid())
@@ -234,6 +244,17 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "table: %d chains, %d rules, %d sets, %d elements; Go heap in use after it %.1f MB\n",
 		len(first.Table.Chains), rules, len(first.Table.Sets), elements, float64(ms.HeapInuse)/1e6)
 
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	direct, err := measureSync(ctx, s, base, kinds, cfg.events)
 	if err != nil {
 		return err
@@ -241,6 +262,9 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "\nSync per event, no debounce:\n\n")
 	direct.print(out)
 
+	if !cfg.viaRun {
+		return nil
+	}
 	// Run takes over the same Syncer, now holding the base cluster again:
 	// from here on only Run may call Sync.
 	viaRun, err := measureRun(ctx, s, base, kinds, cfg.events, cfg.timing)
