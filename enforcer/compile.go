@@ -182,6 +182,7 @@ type Compiler struct {
 	// Sets shared by the rules of active policies: peer sets by peerKey,
 	// named-port sets by their use.
 	peers    refCounted[string, *peerSets]
+	peerIdx  peerIndex // the lists in peers an event may touch (peerindex.go)
 	portSets refCounted[portUse, *portSets]
 	// changedPeers are the keys of the peer sets whose elements changed
 	// since refreshCluster last laid out the tier groups reading them.

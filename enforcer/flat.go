@@ -298,6 +298,7 @@ func (c *Compiler) acquireUnion(plan *flatPlan, keys []string, ukey string, use 
 	c.peers.acquire(ukey, func() *peerSets {
 		e := &peerSets{key: ukey, sets: map[nft.IPFamily]*nft.Set{}, parts: keys}
 		c.mergeUnion(e)
+		c.peerIdx.add(e)
 		return e
 	})
 }

@@ -13,14 +13,17 @@ import (
 // baseline guardrails have) was rebuilt whole on every pod event: the
 // selectors matched against every pod of the cluster and the addresses
 // merged into ranges again, 10-19 ms at 10k pods, where the rest of the
-// event costs about 1. When only pods changed, the set is patched
-// instead: each changed pod's addresses leave or join it, and the
-// ranges around them are split or merged. The result is the same set
-// computePeers would build (TestIncrementalMatchesFull compares them);
-// a namespace or node change still rebuilds it whole.
+// event costs about 1. When only pods and namespaces changed, the set is
+// patched instead: each changed pod's addresses, and those of the pods of
+// a namespace whose labels changed, leave or join it, and the ranges
+// around them are split or merged. The result is the same set
+// computePeers would build (TestIncrementalMatchesFull compares them); a
+// node change, or a patch of more edits than computing the set again
+// costs (patchBudget), still rebuilds it whole.
 
-// peerSelects reports whether e's selectors name pd, as selectPods would.
-func (c *Compiler) peerSelects(e *peerSets, pd *pod) bool {
+// peerSelects reports whether e's selectors name pd, as selectPods would,
+// with the namespace of pd read as view.
+func (e *peerSets) peerSelects(pd *pod, view nsView) bool {
 	for _, s := range e.parsed.selectors {
 		if s.namespaces == nil {
 			if pd.key.namespace == e.parsed.policyNS && pd.matchedBy(s.pods) {
@@ -28,16 +31,60 @@ func (c *Compiler) peerSelects(e *peerSets, pd *pod) bool {
 			}
 			continue
 		}
-		if c.namespaceView(pd.key.namespace).selects(s, pd.key.namespace) && pd.matchedBy(s.pods) {
+		if view.selects(s, pd.key.namespace) && pd.matchedBy(s.pods) {
 			return true
 		}
 	}
 	return false
 }
 
-// patchPeers brings e in step with the pods that changed, by address; it
-// reports false when it cannot (the set was never counted, or it names
-// nodes), and the caller rebuilds it.
+// patchBudget bounds the work of a patch: each address it adds or removes
+// may move every range of the set once (slices.Replace), so a patch of k
+// addresses into n ranges costs about k*n moves, where computing the set
+// again costs about n. A namespace of many pods that changes its labels,
+// or a burst of pod events, past this many moves rebuilds the set. A
+// variable for the tests, which also run with every patch refused.
+var patchBudget = 1 << 16
+
+// viewsBefore returns what namespace selectors read of each namespace
+// before the changes in ch: the old view of a namespace that changed, the
+// current one of any other.
+func (c *Compiler) viewsBefore(ch *changes) func(ns string) nsView {
+	if len(ch.namespaces) == 0 {
+		return c.namespaceView
+	}
+	old := make(map[string]nsView, len(ch.namespaces))
+	for _, nc := range ch.namespaces {
+		old[nc.name] = nc.old
+	}
+	return func(ns string) nsView {
+		if v, ok := old[ns]; ok {
+			return v
+		}
+		return c.namespaceView(ns)
+	}
+}
+
+// unchangedPods are the pods of a changed namespace that did not change
+// themselves: their addresses move with the namespace's view alone.
+func (c *Compiler) unchangedPods(ch *changes, ns string) []*pod {
+	changed := map[*pod]bool{}
+	for _, pc := range ch.pods[ns] {
+		changed[pc.new] = true
+	}
+	var out []*pod
+	for _, pd := range c.byNS[ns] {
+		if !changed[pd] {
+			out = append(out, pd)
+		}
+	}
+	return out
+}
+
+// patchPeers brings e in step with the pods and namespaces that changed,
+// by address; it reports false when it cannot (the set was never counted,
+// it names nodes, or the patch would cost more than computing the set:
+// patchBudget), and the caller rebuilds it.
 func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 	if e.dups == nil || len(e.parsed.nodes) > 0 {
 		return false
@@ -47,23 +94,38 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 	mp := newMemberPatch(e.dups, func(ip netip.Addr) bool {
 		return inRangeElements(e.sets[nft.FamilyOf(ip)].Elements, ip)
 	})
-	for _, changed := range ch.pods {
-		for _, pc := range changed {
-			if pc.old != nil && c.peerSelects(e, pc.old) {
-				for _, ip := range pc.old.ips {
-					if !e.inBlocks(ip) {
-						mp.leave(ip)
-					}
-				}
-			}
-			if pc.new != nil && c.peerSelects(e, pc.new) {
-				for _, ip := range pc.new.ips {
-					if !e.inBlocks(ip) {
-						mp.join(ip)
-					}
-				}
+	give := func(pd *pod, join bool) {
+		for _, ip := range pd.ips {
+			switch {
+			case e.inBlocks(ip):
+			case join:
+				mp.join(ip)
+			default:
+				mp.leave(ip)
 			}
 		}
+	}
+	before := c.viewsBefore(ch)
+	for ns, changed := range ch.pods {
+		for _, pc := range changed {
+			if pc.old != nil && e.peerSelects(pc.old, before(ns)) {
+				give(pc.old, false)
+			}
+			if pc.new != nil && e.peerSelects(pc.new, c.namespaceView(ns)) {
+				give(pc.new, true)
+			}
+		}
+	}
+	for _, nc := range ch.namespaces {
+		for _, pd := range c.unchangedPods(ch, nc.name) {
+			was, is := e.peerSelects(pd, nc.old), e.peerSelects(pd, nc.new)
+			if was != is {
+				give(pd, is)
+			}
+		}
+	}
+	if n := len(mp.gone) + len(mp.came); n*(e.sets[nft.IPv4].Len()+e.sets[nft.IPv6].Len()) > patchBudget {
+		return false // e.dups, which the patch began to edit, computePeers counts again
 	}
 	elems := map[nft.IPFamily][]nft.Element{}
 	edits := map[nft.IPFamily]*rangeEdits{}

@@ -177,12 +177,14 @@ func (c *Compiler) acquirePeers(key string, parsed *parsedPeers) {
 	c.peers.acquire(key, func() *peerSets {
 		e := &peerSets{key: key, parsed: parsed, sets: map[nft.IPFamily]*nft.Set{}}
 		c.computePeers(e)
+		c.peerIdx.add(e)
 		return e
 	})
 }
 
 func (c *Compiler) releasePeers(key string) {
 	if e, last := c.peers.release(key); last {
+		c.peerIdx.remove(e)
 		c.dropSets(e.sets)
 	}
 }
@@ -288,33 +290,27 @@ func (c *Compiler) refreshPeers(ch *changes) {
 	if len(ch.pods) == 0 && len(ch.namespaces) == 0 && !ch.nodes {
 		return
 	}
-	var unions []*peerSets
 	touched := map[string]bool{} // keys of the lists recomputed or patched
-	for e := range c.peers.values() {
-		if e.parts != nil {
-			unions = append(unions, e)
-			continue
-		}
+	for e := range c.peerCandidates(ch) {
 		if !c.peersTouched(e, ch) {
 			continue
 		}
 		touched[e.key] = true
-		if len(ch.namespaces) > 0 || ch.nodes || !c.patchPeers(e, ch) {
+		if ch.nodes || !c.patchPeers(e, ch) {
 			c.computePeers(e)
 		}
 	}
-	// Then the unions, from their parts as they are now. A union none of
-	// whose parts was touched is what it was: after a namespace change,
-	// merging every union again cost as much as all their parts, whether
-	// the namespace was in them or not.
-	for _, e := range unions {
-		if !slices.ContainsFunc(e.parts, func(k string) bool { return touched[k] }) {
-			continue
-		}
-		if len(ch.namespaces) > 0 || ch.nodes {
+	// Then the unions of those lists, from their parts as they are now. A
+	// union none of whose parts was touched is what it was: after a
+	// namespace change, merging every union again cost as much as all
+	// their parts, whether the namespace was in them or not.
+	unions := map[*peerSets]bool{}
+	for k := range touched {
+		maps.Copy(unions, c.peerIdx.unions[k])
+	}
+	for e := range unions {
+		if ch.nodes || !c.patchUnion(e, ch) {
 			c.mergeUnion(e)
-		} else {
-			c.patchUnion(e, ch)
 		}
 	}
 }
@@ -348,47 +344,68 @@ func mergeRanges(a, b []nft.Element) []nft.Element {
 	return out
 }
 
-// patchUnion brings a union in step with its parts after pod changes
-// alone: an address of a changed pod is in the union when it is in one
-// of the parts, which are up to date.
-func (c *Compiler) patchUnion(e *peerSets, ch *changes) {
-	elems := map[nft.IPFamily][]nft.Element{} // a copy of a set's ranges, once edited
-	edits := map[nft.IPFamily]*rangeEdits{}
-	inParts := func(ip netip.Addr) bool {
-		return slices.ContainsFunc(c.unionParts(e), func(part *peerSets) bool {
-			return inRangeElements(part.sets[nft.FamilyOf(ip)].Elements, ip)
-		})
-	}
+// patchUnion brings a union in step with its parts after pod and
+// namespace changes: an address of a changed pod, or of a pod of a
+// changed namespace, is in the union when it is in one of the parts,
+// which are up to date. It reports false, leaving the union as it was,
+// when the patch would cost more than merging the parts (patchBudget).
+func (c *Compiler) patchUnion(e *peerSets, ch *changes) bool {
+	var addrs []netip.Addr // whose membership of a part may have changed
 	for _, changed := range ch.pods {
 		for _, pc := range changed {
 			for _, pd := range []*pod{pc.old, pc.new} {
-				if pd == nil {
-					continue
+				if pd != nil {
+					addrs = append(addrs, pd.ips...)
 				}
-				for _, ip := range pd.ips {
-					f := nft.FamilyOf(ip)
-					cur, copied := elems[f]
-					if !copied {
-						cur = e.sets[f].Elements
-					}
-					if want := inParts(ip); want != inRangeElements(cur, ip) {
-						if !copied {
-							cur = slices.Clone(cur) // the table's set is never edited
-							edits[f] = &rangeEdits{}
-						}
-						if want {
-							elems[f] = addAddr(cur, ip, edits[f])
-						} else {
-							elems[f] = removeAddr(cur, ip, edits[f])
-						}
-					}
-				}
+			}
+		}
+	}
+	for _, nc := range ch.namespaces {
+		for _, pd := range c.unchangedPods(ch, nc.name) {
+			addrs = append(addrs, pd.ips...)
+		}
+	}
+	parts := c.unionParts(e)
+	inParts := func(ip netip.Addr) bool {
+		return slices.ContainsFunc(parts, func(part *peerSets) bool {
+			return inRangeElements(part.sets[nft.FamilyOf(ip)].Elements, ip)
+		})
+	}
+	var moved []netip.Addr
+	for _, ip := range addrs {
+		if inParts(ip) != inRangeElements(e.sets[nft.FamilyOf(ip)].Elements, ip) {
+			moved = append(moved, ip)
+		}
+	}
+	if len(moved)*(e.sets[nft.IPv4].Len()+e.sets[nft.IPv6].Len()) > patchBudget {
+		return false
+	}
+	elems := map[nft.IPFamily][]nft.Element{} // a copy of a set's ranges, once edited
+	edits := map[nft.IPFamily]*rangeEdits{}
+	for _, ip := range moved {
+		f := nft.FamilyOf(ip)
+		cur, copied := elems[f]
+		if !copied {
+			cur = e.sets[f].Elements
+		}
+		// An address two changed pods held is in moved twice: the second
+		// finds it done.
+		if want := inParts(ip); want != inRangeElements(cur, ip) {
+			if !copied {
+				cur = slices.Clone(cur) // the table's set is never edited
+				edits[f] = &rangeEdits{}
+			}
+			if want {
+				elems[f] = addAddr(cur, ip, edits[f])
+			} else {
+				elems[f] = removeAddr(cur, ip, edits[f])
 			}
 		}
 	}
 	for f, next := range elems {
 		c.patchPeerSet(e, f, next, edits[f])
 	}
+	return true
 }
 
 // unionParts are the peer sets of a union's parts, which it holds.
