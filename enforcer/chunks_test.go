@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"go4.org/netipx"
+
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -85,52 +87,94 @@ func TestPatchChunksMatchesFlat(t *testing.T) {
 	}
 }
 
-// TestRangeEditsAreTheDiff: whatever sequence of addresses addAddr and
-// removeAddr take in and out of a peer set's ranges, in any order, the
-// edits they record are exactly the ranges the first list has and the
-// last has not, and the reverse: the exact patch the writer trusts.
-func TestRangeEditsAreTheDiff(t *testing.T) {
+// TestEditRangesIsTheDiff: whatever addresses a patch takes out of a peer
+// set's ranges and puts in, at the edges of the address space too,
+// editRanges gives the ranges rangesOf would build of the result, and
+// exactly the ranges the first list has and the second has not, and the
+// reverse, sorted: the exact patch the writer trusts.
+func TestEditRangesIsTheDiff(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	addr := func() netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(64))}) }
 	for i := range 3000 {
-		var start []nft.Element
-		for range r.IntN(40) {
-			start = addAddr(start, addr(), nil)
-		}
-		cur, edits := slices.Clone(start), &rangeEdits{}
-		for range 1 + r.IntN(12) {
-			if r.IntN(2) == 0 {
-				cur = addAddr(cur, addr(), edits)
-			} else {
-				cur = removeAddr(cur, addr(), edits)
+		// Addresses of a small space (so that ranges touch and split)
+		// at the low edge, the middle or the high edge of IPv4 or IPv6.
+		v6 := r.IntN(2) == 0
+		edge := r.IntN(3)
+		addr := func() netip.Addr {
+			n := byte(r.IntN(48))
+			b := [16]byte{}
+			switch edge {
+			case 1:
+				b[0], b[15] = 10, n
+			case 2:
+				for k := range b {
+					b[k] = 0xff
+				}
+				b[15] = 0xff - n
+			default:
+				b[15] = n
 			}
+			if v6 {
+				return netip.AddrFrom16(b)
+			}
+			return netip.AddrFrom4([4]byte{b[0], b[1], b[2], b[15]})
+		}
+		var start netipx.IPSetBuilder
+		held := map[netip.Addr]bool{}
+		for range r.IntN(40) {
+			a := addr()
+			start.Add(a)
+			held[a] = true
+		}
+		var gone, came []netip.Addr
+		want := start.Clone()
+		for range r.IntN(20) {
+			a := addr()
+			if slices.Contains(gone, a) || slices.Contains(came, a) {
+				continue
+			}
+			// Mostly true edits; sometimes an address gone that is not
+			// held, or one come that already is, which change nothing.
+			if held[a] != (r.IntN(8) == 0) {
+				gone = append(gone, a)
+				want.Remove(a)
+			} else {
+				came = append(came, a)
+				want.Add(a)
+			}
+		}
+		slices.SortFunc(gone, netip.Addr.Compare)
+		slices.SortFunc(came, netip.Addr.Compare)
+		f := nft.IPv4
+		if v6 {
+			f = nft.IPv6
+		}
+		startSet, _ := start.IPSet()
+		wantSet, _ := want.IPSet()
+		before, after := rangesOf(startSet, f), rangesOf(wantSet, f)
+		got, removed, added := editRanges(before, gone, came)
+		if !slices.Equal(got, after) || (got == nil) != (after == nil) {
+			t.Fatalf("case %d: editRanges(%v, gone %v, came %v) = %v, want %v", i, before, gone, came, got, after)
 		}
 		had, has := map[nft.Element]bool{}, map[nft.Element]bool{}
-		for _, el := range start {
+		for _, el := range before {
 			had[el] = true
 		}
-		for _, el := range cur {
+		for _, el := range got {
 			has[el] = true
 		}
-		for el := range had {
-			if !has[el] != edits.removed[el] {
-				t.Fatalf("case %d: %v went=%v, recorded removed=%v", i, el, !has[el], edits.removed[el])
+		var wantRemoved, wantAdded []nft.Element
+		for _, el := range before {
+			if !has[el] {
+				wantRemoved = append(wantRemoved, el)
 			}
 		}
-		for el := range has {
-			if !had[el] != edits.added[el] {
-				t.Fatalf("case %d: %v came=%v, recorded added=%v", i, el, !had[el], edits.added[el])
+		for _, el := range got {
+			if !had[el] {
+				wantAdded = append(wantAdded, el)
 			}
 		}
-		for el := range edits.removed {
-			if !had[el] || has[el] {
-				t.Fatalf("case %d: recorded removed %v, which the first list has=%v and the last has=%v", i, el, had[el], has[el])
-			}
-		}
-		for el := range edits.added {
-			if had[el] || !has[el] {
-				t.Fatalf("case %d: recorded added %v, which the first list has=%v and the last has=%v", i, el, had[el], has[el])
-			}
+		if !slices.Equal(removed, wantRemoved) || !slices.Equal(added, wantAdded) {
+			t.Fatalf("case %d: editRanges(%v, gone %v, came %v) removed %v added %v, want removed %v added %v", i, before, gone, came, removed, added, wantRemoved, wantAdded)
 		}
 	}
 }

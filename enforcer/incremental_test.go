@@ -46,27 +46,6 @@ func TestIncrementalMatchesFull(t *testing.T) {
 	}
 }
 
-// TestIncrementalPatchRefused is TestIncrementalMatchesFull with every
-// patch of a peer set or union that edits anything refused for its cost
-// (patchBudget): the sets are computed or merged again instead, from
-// counts the refused patch had begun to edit.
-func TestIncrementalPatchRefused(t *testing.T) {
-	defer func(b int) { patchBudget = b }(patchBudget)
-	patchBudget = 0
-	for seed := uint64(1); seed <= 6; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			w := newWorld(seed)
-			opts := Options{Node: testNode}
-			inc := NewCompiler(opts)
-			var prev *nft.Table
-			for step := 0; step < 150; step++ {
-				event := w.step()
-				prev = checkIncremental(t, inc, opts, prev, w.snapshot(), DefaultPriority, fmt.Sprintf("step %d (%s)", step, event))
-			}
-		})
-	}
-}
-
 // checkIncremental compiles snap with inc and fails t unless the table and
 // problems equal a fresh compile's, its set elements are unique, and (after
 // prev, the table of inc's last compile) its Delta names what nft.Diff

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"sort"
 
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -16,10 +17,11 @@ import (
 // event costs about 1. When only pods and namespaces changed, the set is
 // patched instead: each changed pod's addresses, and those of the pods of
 // a namespace whose labels changed, leave or join it, and the ranges
-// around them are split or merged. The result is the same set
+// around them are split or merged, in one pass over the set (editRanges):
+// at 150k pods a namespace of 1,500 pods moves thousands of addresses in
+// and out of sets of thousands of ranges. The result is the same set
 // computePeers would build (TestIncrementalMatchesFull compares them); a
-// node change, or a patch of more edits than computing the set again
-// costs (patchBudget), still rebuilds it whole.
+// node change still rebuilds it whole.
 
 // peerSelects reports whether e's selectors name pd, as selectPods would,
 // with the namespace of pd read as view.
@@ -37,14 +39,6 @@ func (e *peerSets) peerSelects(pd *pod, view nsView) bool {
 	}
 	return false
 }
-
-// patchBudget bounds the work of a patch: each address it adds or removes
-// may move every range of the set once (slices.Replace), so a patch of k
-// addresses into n ranges costs about k*n moves, where computing the set
-// again costs about n. A namespace of many pods that changes its labels,
-// or a burst of pod events, past this many moves rebuilds the set. A
-// variable for the tests, which also run with every patch refused.
-var patchBudget = 1 << 16
 
 // viewsBefore returns what namespace selectors read of each namespace
 // before the changes in ch: the old view of a namespace that changed, the
@@ -82,12 +76,12 @@ func (c *Compiler) unchangedPods(ch *changes, ns string) []*pod {
 }
 
 // patchPeers brings e in step with the pods and namespaces that changed,
-// by address; it reports false when it cannot (the set was never counted,
-// it names nodes, or the patch would cost more than computing the set:
-// patchBudget), and the caller rebuilds it.
-func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
+// by address, and returns the addresses it took out or put in; ok is
+// false when it cannot (the set was never counted, or it names nodes),
+// and the caller rebuilds it.
+func (c *Compiler) patchPeers(e *peerSets, ch *changes) (moved []netip.Addr, ok bool) {
 	if e.dups == nil || len(e.parsed.nodes) > 0 {
-		return false
+		return nil, false
 	}
 	// Outside the ipBlocks (never counted: edit leaves them), an address
 	// is in the set while some selected pod holds it.
@@ -124,81 +118,44 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) bool {
 			}
 		}
 	}
-	if n := len(mp.gone) + len(mp.came); n*(e.sets[nft.IPv4].Len()+e.sets[nft.IPv6].Len()) > patchBudget {
-		return false // e.dups, which the patch began to edit, computePeers counts again
-	}
-	elems := map[nft.IPFamily][]nft.Element{}
-	edits := map[nft.IPFamily]*rangeEdits{}
-	edit := func(ip netip.Addr, add bool) {
-		f := nft.FamilyOf(ip)
-		if _, ok := elems[f]; !ok {
-			elems[f] = slices.Clone(e.sets[f].Elements)
-			edits[f] = &rangeEdits{}
-		}
-		if add {
-			elems[f] = addAddr(elems[f], ip, edits[f])
-		} else {
-			elems[f] = removeAddr(elems[f], ip, edits[f])
-		}
-	}
-	for _, ip := range slices.SortedFunc(maps.Keys(mp.gone), netip.Addr.Compare) {
-		edit(ip, false)
-	}
-	for _, ip := range slices.SortedFunc(maps.Keys(mp.came), netip.Addr.Compare) {
-		edit(ip, true)
-	}
+	gone, came := slices.Collect(maps.Keys(mp.gone)), slices.Collect(maps.Keys(mp.came))
+	c.editPeerSets(e, gone, came)
+	return append(gone, came...), true
+}
+
+// editPeerSets takes the addresses gone out of e's sets and puts those in
+// came into them, each set in one pass (editRanges), and gives the delta
+// the exact change, so that the writer need not compare two sets of
+// thousands of ranges to find the few an event moved. An address is in
+// one of the lists at most, in any order.
+func (c *Compiler) editPeerSets(e *peerSets, gone, came []netip.Addr) {
 	for _, f := range families {
-		if next, ok := elems[f]; ok {
-			c.patchPeerSet(e, f, next, edits[f])
+		inFamily := func(ip netip.Addr) bool { return nft.FamilyOf(ip) != f }
+		g := slices.DeleteFunc(slices.Clone(gone), inFamily)
+		a := slices.DeleteFunc(slices.Clone(came), inFamily)
+		if len(g) == 0 && len(a) == 0 {
+			continue
 		}
+		slices.SortFunc(g, netip.Addr.Compare)
+		slices.SortFunc(a, netip.Addr.Compare)
+		elems, removed, added := editRanges(e.sets[f].Elements, slices.Compact(g), slices.Compact(a))
+		c.patchPeerSet(e, f, elems, removed, added)
 	}
-	return true
 }
 
-// rangeEdits are the ranges a patch of a peer set took out of the set as
-// it was and put into it, each edit of one address composed with those
-// before (a range put in and taken out again by a later edit is neither).
-type rangeEdits struct{ removed, added map[nft.Element]bool }
-
-func (r *rangeEdits) remove(el nft.Element) {
-	if r.added[el] {
-		delete(r.added, el)
-		return
-	}
-	if r.removed == nil {
-		r.removed = map[nft.Element]bool{}
-	}
-	r.removed[el] = true
-}
-
-func (r *rangeEdits) add(el nft.Element) {
-	if r.removed[el] {
-		delete(r.removed, el)
-		return
-	}
-	if r.added == nil {
-		r.added = map[nft.Element]bool{}
-	}
-	r.added[el] = true
-}
-
-// patchPeerSet makes elems, which edits made of what e's set of family f
-// held, that set's ranges (setPeerElements), and gives the delta the
-// exact change, so that the writer need not compare two sets of thousands
-// of ranges to find the few an event moved. Only for the set of the
-// previous table: a set already replaced in this compile leaves its
-// change to the comparison.
-func (c *Compiler) patchPeerSet(e *peerSets, f nft.IPFamily, elems []nft.Element, edits *rangeEdits) {
+// patchPeerSet makes elems e's set of family f (setPeerElements), and
+// gives the delta the exact change from what the set held: the ranges
+// removed and added (sorted). Only for the set of the previous table: a
+// set already replaced in this compile leaves its change to the
+// comparison.
+func (c *Compiler) patchPeerSet(e *peerSets, f nft.IPFamily, elems, removed, added []nft.Element) {
 	before := e.sets[f]
 	_, replaced := c.sets.touched[c.peersSetName(e.key, f)]
 	c.setPeerElements(e, f, elems)
 	if before == nil || e.sets[f] == before || replaced {
 		return
 	}
-	byAddr := func(a, b nft.Element) int { return a.Addr.Compare(b.Addr) }
-	c.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true,
-		Removed: slices.SortedFunc(maps.Keys(edits.removed), byAddr),
-		Added:   slices.SortedFunc(maps.Keys(edits.added), byAddr)}
+	c.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true, Removed: removed, Added: added}
 }
 
 // inBlocks reports whether an ipBlock of e names ip.
@@ -228,52 +185,122 @@ func rangeOf(first, last netip.Addr) nft.Element {
 	return nft.Element{Addr: first, Last: last}
 }
 
-// addAddr adds ip to ranges sorted and merged as rangesOf leaves them,
-// merging it with a neighbour it touches. It records in edits (if not
-// nil) the ranges it replaces and the one it puts in.
-func addAddr(ranges []nft.Element, ip netip.Addr, edits *rangeEdits) []nft.Element {
-	i, _ := slices.BinarySearchFunc(ranges, ip, func(el nft.Element, ip netip.Addr) int { return lastOf(el).Compare(ip) })
-	if i < len(ranges) && ranges[i].Addr.Compare(ip) <= 0 {
-		return ranges // already in ranges[i]
-	}
-	first, last := ip, ip
-	lo, hi := i, i // ranges[lo:hi] merge into the new one
-	if i > 0 && lastOf(ranges[i-1]).Next() == ip {
-		first, lo = ranges[i-1].Addr, i-1
-	}
-	if i < len(ranges) && ip.Next() == ranges[i].Addr {
-		last, hi = lastOf(ranges[i]), i+1
-	}
-	if edits != nil {
-		for _, el := range ranges[lo:hi] {
-			edits.remove(el)
+// editRanges returns ranges (sorted and merged, as rangesOf leaves them)
+// without the addresses in gone and with those in came, sorted and merged
+// the same way: a new list, made in one pass that copies the runs of
+// ranges no edit reaches whole. It also returns the ranges of the old
+// list the new one lacks and those of the new one the old lacks, sorted:
+// the exact change, found among the ranges the edits reached. gone and
+// came are sorted, of the family of ranges, and share no address; an
+// address of gone that ranges do not hold, or of came that they do,
+// changes nothing.
+func editRanges(ranges []nft.Element, gone, came []netip.Addr) (out, removed, added []nft.Element) {
+	out = make([]nft.Element, 0, len(ranges)+len(came))
+	var reached []nft.Element // ranges of the old list an edit reached
+	var written []int         // indices of out emit wrote or extended, in order
+	// emit appends first..last, which starts at or after every range
+	// emitted before it, merging it with the last one if they touch.
+	emit := func(first, last netip.Addr) {
+		if n := len(out); n > 0 {
+			end := lastOf(out[n-1])
+			if first.Compare(end) <= 0 || end.Next() == first {
+				if last.Compare(end) > 0 {
+					if len(written) == 0 || written[len(written)-1] != n-1 {
+						// A range copied as it was: the old list's.
+						reached = append(reached, out[n-1])
+						written = append(written, n-1)
+					}
+					out[n-1] = rangeOf(out[n-1].Addr, last)
+				}
+				return
+			}
 		}
-		edits.add(rangeOf(first, last))
+		out = append(out, rangeOf(first, last))
+		written = append(written, len(out)-1)
 	}
-	return slices.Replace(ranges, lo, hi, rangeOf(first, last))
+	// copyRun appends run, ranges no edit reaches: only the first may
+	// touch what was emitted before it.
+	copyRun := func(run []nft.Element) {
+		if len(run) > 0 {
+			reached = append(reached, run[0])
+			emit(run[0].Addr, lastOf(run[0]))
+			out = append(out, run[1:]...)
+		}
+	}
+	g, a := 0, 0 // gone[:g] and came[:a] are done
+	cameBefore := func(ip netip.Addr) {
+		for ; a < len(came) && came[a].Less(ip); a++ {
+			emit(came[a], came[a])
+		}
+	}
+	// edit emits r without the addresses of gone it holds, and the
+	// addresses of came before each of its pieces.
+	edit := func(r nft.Element) {
+		reached = append(reached, r)
+		first, last := r.Addr, lastOf(r)
+		for g < len(gone) && gone[g].Less(first) {
+			g++ // not held
+		}
+		from := first
+		for ; g < len(gone) && gone[g].Compare(last) <= 0; g++ {
+			ip := gone[g]
+			if from.Less(ip) {
+				cameBefore(from)
+				emit(from, ip.Prev())
+			}
+			if ip == last {
+				g++
+				return
+			}
+			from = ip.Next()
+		}
+		cameBefore(from)
+		emit(from, last)
+	}
+	i := 0 // ranges[:i] are done
+	for g < len(gone) || a < len(came) {
+		var x netip.Addr // the next edit
+		if a == len(came) || g < len(gone) && gone[g].Less(came[a]) {
+			x = gone[g]
+		} else {
+			x = came[a]
+		}
+		// The ranges that end before x are as they were (emit merges x
+		// with the last of them if they touch); the next may hold x.
+		k := i + sort.Search(len(ranges)-i, func(j int) bool { return lastOf(ranges[i+j]).Compare(x) >= 0 })
+		copyRun(ranges[i:k])
+		if k == len(ranges) {
+			i = k
+			break
+		}
+		edit(ranges[k])
+		i = k + 1
+	}
+	copyRun(ranges[i:])
+	for ; a < len(came); a++ {
+		emit(came[a], came[a])
+	}
+	// Every range of either list outside reached and written is in both.
+	byAddr := func(a, b nft.Element) int { return a.Addr.Compare(b.Addr) }
+	slices.SortFunc(reached, byAddr)
+	for _, r := range slices.Compact(reached) {
+		if !holdsRange(out, r) {
+			removed = append(removed, r)
+		}
+	}
+	for _, k := range written {
+		if !holdsRange(ranges, out[k]) {
+			added = append(added, out[k])
+		}
+	}
+	if len(out) == 0 {
+		out = nil // as rangesOf leaves an empty set
+	}
+	return out, removed, added
 }
 
-// removeAddr takes ip out of the ranges, splitting the one holding it,
-// and records in edits (if not nil) the range it takes out and the parts
-// it puts in.
-func removeAddr(ranges []nft.Element, ip netip.Addr, edits *rangeEdits) []nft.Element {
-	i, _ := slices.BinarySearchFunc(ranges, ip, func(el nft.Element, ip netip.Addr) int { return lastOf(el).Compare(ip) })
-	if i == len(ranges) || ranges[i].Addr.Compare(ip) > 0 {
-		return ranges // not there
-	}
-	el := ranges[i]
-	var parts []nft.Element
-	if el.Addr != ip {
-		parts = append(parts, rangeOf(el.Addr, ip.Prev()))
-	}
-	if lastOf(el) != ip {
-		parts = append(parts, rangeOf(ip.Next(), lastOf(el)))
-	}
-	if edits != nil {
-		edits.remove(el)
-		for _, p := range parts {
-			edits.add(p)
-		}
-	}
-	return slices.Replace(ranges, i, i+1, parts...)
+// holdsRange reports whether the sorted ranges hold el, as a range.
+func holdsRange(ranges []nft.Element, el nft.Element) bool {
+	i, found := slices.BinarySearchFunc(ranges, el.Addr, func(r nft.Element, a netip.Addr) int { return r.Addr.Compare(a) })
+	return found && ranges[i] == el
 }

@@ -290,15 +290,20 @@ func (c *Compiler) refreshPeers(ch *changes) {
 	if len(ch.pods) == 0 && len(ch.namespaces) == 0 && !ch.nodes {
 		return
 	}
-	touched := map[string]bool{} // keys of the lists recomputed or patched
+	touched := map[string]bool{}       // keys of the lists recomputed or patched
+	moved := map[string][]netip.Addr{} // by key of a list patched: the addresses its patch moved
 	for e := range c.peerCandidates(ch) {
 		if !c.peersTouched(e, ch) {
 			continue
 		}
 		touched[e.key] = true
-		if ch.nodes || !c.patchPeers(e, ch) {
-			c.computePeers(e)
+		if !ch.nodes {
+			if m, ok := c.patchPeers(e, ch); ok {
+				moved[e.key] = m
+				continue
+			}
 		}
+		c.computePeers(e)
 	}
 	// Then the unions of those lists, from their parts as they are now. A
 	// union none of whose parts was touched is what it was: after a
@@ -309,8 +314,10 @@ func (c *Compiler) refreshPeers(ch *changes) {
 		maps.Copy(unions, c.peerIdx.unions[k])
 	}
 	for e := range unions {
-		if ch.nodes || !c.patchUnion(e, ch) {
+		if ch.nodes {
 			c.mergeUnion(e)
+		} else {
+			c.patchUnion(e, ch, touched, moved)
 		}
 	}
 }
@@ -345,67 +352,52 @@ func mergeRanges(a, b []nft.Element) []nft.Element {
 }
 
 // patchUnion brings a union in step with its parts after pod and
-// namespace changes: an address of a changed pod, or of a pod of a
-// changed namespace, is in the union when it is in one of the parts,
-// which are up to date. It reports false, leaving the union as it was,
-// when the patch would cost more than merging the parts (patchBudget).
-func (c *Compiler) patchUnion(e *peerSets, ch *changes) bool {
-	var addrs []netip.Addr // whose membership of a part may have changed
-	for _, changed := range ch.pods {
-		for _, pc := range changed {
-			for _, pd := range []*pod{pc.old, pc.new} {
-				if pd != nil {
-					addrs = append(addrs, pd.ips...)
+// namespace changes: an address whose membership of a part may have
+// changed is in the union when it is in one of the parts, which are up to
+// date. Those addresses are the ones the patches of its touched parts
+// moved (moved, by part), or, when a touched part was computed again, the
+// addresses of every changed pod and of every pod of a changed namespace.
+func (c *Compiler) patchUnion(e *peerSets, ch *changes, touched map[string]bool, moved map[string][]netip.Addr) {
+	var addrs []netip.Addr
+	recomputed := slices.ContainsFunc(e.parts, func(k string) bool {
+		_, patched := moved[k]
+		return touched[k] && !patched
+	})
+	if recomputed {
+		for _, changed := range ch.pods {
+			for _, pc := range changed {
+				for _, pd := range []*pod{pc.old, pc.new} {
+					if pd != nil {
+						addrs = append(addrs, pd.ips...)
+					}
 				}
 			}
 		}
-	}
-	for _, nc := range ch.namespaces {
-		for _, pd := range c.unchangedPods(ch, nc.name) {
-			addrs = append(addrs, pd.ips...)
+		for _, nc := range ch.namespaces {
+			for _, pd := range c.unchangedPods(ch, nc.name) {
+				addrs = append(addrs, pd.ips...)
+			}
+		}
+	} else {
+		for _, k := range e.parts {
+			addrs = append(addrs, moved[k]...)
 		}
 	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
 	parts := c.unionParts(e)
-	inParts := func(ip netip.Addr) bool {
-		return slices.ContainsFunc(parts, func(part *peerSets) bool {
-			return inRangeElements(part.sets[nft.FamilyOf(ip)].Elements, ip)
-		})
-	}
-	var moved []netip.Addr
+	var gone, came []netip.Addr
 	for _, ip := range addrs {
-		if inParts(ip) != inRangeElements(e.sets[nft.FamilyOf(ip)].Elements, ip) {
-			moved = append(moved, ip)
-		}
-	}
-	if len(moved)*(e.sets[nft.IPv4].Len()+e.sets[nft.IPv6].Len()) > patchBudget {
-		return false
-	}
-	elems := map[nft.IPFamily][]nft.Element{} // a copy of a set's ranges, once edited
-	edits := map[nft.IPFamily]*rangeEdits{}
-	for _, ip := range moved {
 		f := nft.FamilyOf(ip)
-		cur, copied := elems[f]
-		if !copied {
-			cur = e.sets[f].Elements
-		}
-		// An address two changed pods held is in moved twice: the second
-		// finds it done.
-		if want := inParts(ip); want != inRangeElements(cur, ip) {
-			if !copied {
-				cur = slices.Clone(cur) // the table's set is never edited
-				edits[f] = &rangeEdits{}
-			}
-			if want {
-				elems[f] = addAddr(cur, ip, edits[f])
-			} else {
-				elems[f] = removeAddr(cur, ip, edits[f])
-			}
+		want := slices.ContainsFunc(parts, func(part *peerSets) bool { return inRangeElements(part.sets[f].Elements, ip) })
+		switch has := inRangeElements(e.sets[f].Elements, ip); {
+		case want && !has:
+			came = append(came, ip)
+		case !want && has:
+			gone = append(gone, ip)
 		}
 	}
-	for f, next := range elems {
-		c.patchPeerSet(e, f, next, edits[f])
-	}
-	return true
+	c.editPeerSets(e, gone, came)
 }
 
 // unionParts are the peer sets of a union's parts, which it holds.
