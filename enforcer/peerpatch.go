@@ -101,8 +101,23 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) (moved []netip.Addr, ok 
 	}
 	before := c.viewsBefore(ch)
 	for ns, changed := range ch.pods {
+		// A pod resolved twice in this compile (a pod later in the walk
+		// claimed its address) changes view twice: old to mid, then mid
+		// to new. mid joined as the namespace reads now, and must leave
+		// the same way, or a relabel of its namespace in the same compile
+		// leaves its addresses in the set, or takes out another pod's.
+		made := map[*pod]bool{}
 		for _, pc := range changed {
-			if pc.old != nil && e.peerSelects(pc.old, before(ns)) {
+			if pc.new != nil {
+				made[pc.new] = true
+			}
+		}
+		for _, pc := range changed {
+			view := before(ns)
+			if made[pc.old] {
+				view = c.namespaceView(ns)
+			}
+			if pc.old != nil && e.peerSelects(pc.old, view) {
 				give(pc.old, false)
 			}
 			if pc.new != nil && e.peerSelects(pc.new, c.namespaceView(ns)) {
