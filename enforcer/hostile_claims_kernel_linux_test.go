@@ -47,28 +47,8 @@ func hcKernelAddrs(t *testing.T, netns, name string) *netipx.IPSet {
 			t.Fatalf("nft -j list set %s: %v", name, err)
 		}
 		for _, e := range set.Elem {
-			var s string
-			if json.Unmarshal(e, &s) == nil {
-				b.Add(netip.MustParseAddr(s))
-				continue
-			}
-			var r struct {
-				Range  []string `json:"range"`
-				Prefix *struct {
-					Addr string `json:"addr"`
-					Len  int    `json:"len"`
-				} `json:"prefix"`
-			}
-			if err := json.Unmarshal(e, &r); err != nil {
+			if err := addJSONElement(&b, e); err != nil {
 				t.Fatalf("set %s: element %s: %v", name, e, err)
-			}
-			switch {
-			case len(r.Range) == 2:
-				b.AddRange(netipx.IPRangeFrom(netip.MustParseAddr(r.Range[0]), netip.MustParseAddr(r.Range[1])))
-			case r.Prefix != nil:
-				b.AddPrefix(netip.PrefixFrom(netip.MustParseAddr(r.Prefix.Addr), r.Prefix.Len))
-			default:
-				t.Fatalf("set %s: element %s is no address, range or prefix", name, e)
 			}
 		}
 	}
@@ -181,4 +161,33 @@ func openKernelNS(t *testing.T, prefix string) (string, *nft.Conn) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return ns, conn
+}
+
+// addJSONElement adds to b the addresses of one element of an address
+// set as `nft -j` lists it: an address, a range or a prefix.
+func addJSONElement(b *netipx.IPSetBuilder, e json.RawMessage) error {
+	var s string
+	if json.Unmarshal(e, &s) == nil {
+		b.Add(netip.MustParseAddr(s))
+		return nil
+	}
+	var r struct {
+		Range  []string `json:"range"`
+		Prefix *struct {
+			Addr string `json:"addr"`
+			Len  int    `json:"len"`
+		} `json:"prefix"`
+	}
+	if err := json.Unmarshal(e, &r); err != nil {
+		return err
+	}
+	switch {
+	case len(r.Range) == 2:
+		b.AddRange(netipx.IPRangeFrom(netip.MustParseAddr(r.Range[0]), netip.MustParseAddr(r.Range[1])))
+	case r.Prefix != nil:
+		b.AddPrefix(netip.PrefixFrom(netip.MustParseAddr(r.Prefix.Addr), r.Prefix.Len))
+	default:
+		return fmt.Errorf("no address, range or prefix")
+	}
+	return nil
 }

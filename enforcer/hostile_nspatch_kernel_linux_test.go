@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"testing"
 
@@ -67,28 +66,8 @@ func npKernelTable(t *testing.T, netns, name string) (chains []string, sets map[
 			}
 			var b netipx.IPSetBuilder
 			for _, e := range s.Elem {
-				var a string
-				if json.Unmarshal(e, &a) == nil {
-					b.Add(netip.MustParseAddr(a))
-					continue
-				}
-				var r struct {
-					Range  []string `json:"range"`
-					Prefix *struct {
-						Addr string `json:"addr"`
-						Len  int    `json:"len"`
-					} `json:"prefix"`
-				}
-				if err := json.Unmarshal(e, &r); err != nil {
+				if err := addJSONElement(&b, e); err != nil {
 					t.Fatalf("set %s: element %s: %v", s.Name, e, err)
-				}
-				switch {
-				case len(r.Range) == 2:
-					b.AddRange(netipx.IPRangeFrom(netip.MustParseAddr(r.Range[0]), netip.MustParseAddr(r.Range[1])))
-				case r.Prefix != nil:
-					b.AddPrefix(netip.PrefixFrom(netip.MustParseAddr(r.Prefix.Addr), r.Prefix.Len))
-				default:
-					t.Fatalf("set %s: element %s is no address, range or prefix", s.Name, e)
 				}
 			}
 			set, err := b.IPSet()
