@@ -13,7 +13,14 @@
 // what the changed objects can touch; it returns the same table as Compile
 // (checked after every step of random event sequences) and the delta from
 // its previous table (Compiler.Delta), so an event costs what it changed,
-// not what the cluster holds.
+// not what the cluster holds. Two pieces keep that true for peer sets,
+// which thousands of policies share: an index (peerindex.go) names the
+// peer lists a pod or namespace change can touch, by own namespace and by
+// namespace selector, so an event does not ask every list; and a touched
+// set is patched, not computed again from the pods: the addresses of the
+// changed pods, or of the pods of a relabelled namespace, leave and join
+// it in one pass over its ranges (editRanges), which also yields the
+// exact change the writer sends.
 //
 // # Layout
 //
