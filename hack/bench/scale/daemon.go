@@ -162,6 +162,38 @@ func (d *daemon) metrics() (map[string]float64, error) {
 	return out, sc.Err()
 }
 
+// cpuProfile writes a CPU profile of the daemon's next span (--profiling's
+// /debug/pprof/profile) to path, asked for as soon as the metrics address
+// answers.
+func (d *daemon) cpuProfile(ctx context.Context, path string, span time.Duration) error {
+	for {
+		if _, err := d.metrics(); err == nil {
+			break
+		}
+		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	hc := &http.Client{Timeout: span + 30*time.Second}
+	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.metricsAddr, int(span.Seconds())))
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %s (is --profiling a flag of this nftpolicy?)", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	return f.Close()
+}
+
 // heapProfile writes the daemon's heap profile (--profiling's
 // /debug/pprof/heap, after a collection, so that it shows what is live)
 // to path. The profile carries its symbols: it reads without the binary.

@@ -30,6 +30,7 @@
 //     limit, which the daemon turns into a Go soft limit of 80%);
 //     -daemon-log: keep its log in this file;
 //   - -heap-profile FILE: a heap profile of the daemon (below);
+//     -start-profile FILE: a CPU profile of its start (below);
 //   - -parallel: clients creating the cluster (32); -gap: quiet before each
 //     event; -settle: from ready to the steady reading (10 s);
 //     -ready-timeout (30 min).
@@ -126,6 +127,9 @@
 // -heap-profile FILE runs the daemon with --profiling and, after the
 // steady reading, writes its heap profile (/debug/pprof/heap?gc=1 on the
 // metrics address) to FILE, for `go tool pprof`: what holds the memory.
+// -start-profile FILE profiles the daemon's CPU for -start-profile-for
+// (25 s) from the moment its metrics address answers: where the start
+// goes.
 //
 // # Events
 //

@@ -37,7 +37,8 @@ type config struct {
 	bins                              []string // -bin, split at commas; none: build one
 	daemonArgs, daemonLog             string
 	daemonEnv                         string
-	heapProfile                       string
+	heapProfile, startProfile         string
+	startProfileFor                   time.Duration
 	gap, settle, readyTimeout         time.Duration
 }
 
@@ -56,6 +57,8 @@ func run() int {
 	flag.StringVar(&cfg.daemonEnv, "daemon-env", "", "more environment for `nftpolicy run`, space-separated KEY=VALUE: GOMEMLIMIT=410MiB is what a 512Mi container limit makes the daemon set itself (80%), which this machine's hybrid cgroups cannot show it")
 	flag.StringVar(&cfg.daemonLog, "daemon-log", "", "write the daemon's log to this file and keep it; with more than one daemon run, FILE-1.ext, FILE-2.ext… (default: a temporary file)")
 	flag.StringVar(&cfg.heapProfile, "heap-profile", "", "write a heap profile of the daemon, taken after the steady memory reading, to this file (runs the daemon with --profiling); with more than one daemon run, numbered as -daemon-log")
+	flag.StringVar(&cfg.startProfile, "start-profile", "", "write a CPU profile of the daemon's first -start-profile-for, from the moment it serves, to this file (runs the daemon with --profiling); with more than one daemon run, numbered as -daemon-log")
+	flag.DurationVar(&cfg.startProfileFor, "start-profile-for", 25*time.Second, "how long -start-profile profiles")
 	flag.DurationVar(&cfg.gap, "gap", enforcer.DefaultDebounce+100*time.Millisecond, "quiet before each event, from the kernel holding the previous one (more than the daemon's --debounce, so each event is synced on the leading edge)")
 	flag.DurationVar(&cfg.settle, "settle", 10*time.Second, "from ready to the steady memory reading")
 	flag.DurationVar(&cfg.readyTimeout, "ready-timeout", 30*time.Minute, "how long the daemon may take to be ready")
@@ -302,13 +305,26 @@ func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results
 		logPath = filepath.Join(b.work, numbered("nftpolicy.log", k, b.runs))
 	}
 	heapProfile := numbered(cfg.heapProfile, k, b.runs)
+	startProfile := numbered(cfg.startProfile, k, b.runs)
 	args := strings.Fields(cfg.daemonArgs)
-	if heapProfile != "" {
+	if heapProfile != "" || startProfile != "" {
 		args = append(args, "--profiling")
 	}
 	d, err := startDaemon(ctx, bin, logPath, kubeconfig, netns, args, strings.Fields(cfg.daemonEnv))
 	if err != nil {
 		return err
+	}
+	if startProfile != "" {
+		// From the moment the daemon serves: its start is what is asked.
+		profiled := make(chan error, 1)
+		go func() { profiled <- d.cpuProfile(ctx, startProfile, cfg.startProfileFor) }()
+		defer func() {
+			if err := <-profiled; err != nil {
+				fmt.Fprintf(out, "start profile: %v\n", err)
+				return
+			}
+			fmt.Fprintf(out, "start profile: %s, the first %s (go tool pprof %s %s)\n", startProfile, cfg.startProfileFor, bin, startProfile)
+		}()
 	}
 	defer func() {
 		d.Stop()
