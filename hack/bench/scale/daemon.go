@@ -175,36 +175,26 @@ func (d *daemon) cpuProfile(ctx context.Context, path string, span time.Duration
 		}
 	}
 	hc := &http.Client{Timeout: span + 30*time.Second}
-	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.metricsAddr, int(span.Seconds())))
-	if err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cpu profile: %s (is --profiling a flag of this nftpolicy?)", resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("cpu profile: %w", err)
-	}
-	return f.Close()
+	return saveProfile(hc, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.metricsAddr, int(span.Seconds())), path, "cpu profile")
 }
 
 // heapProfile writes the daemon's heap profile (--profiling's
 // /debug/pprof/heap, after a collection, so that it shows what is live)
 // to path. The profile carries its symbols: it reads without the binary.
 func (d *daemon) heapProfile(path string) error {
-	resp, err := d.hc.Get("http://" + d.metricsAddr + "/debug/pprof/heap?gc=1")
+	return saveProfile(d.hc, "http://"+d.metricsAddr+"/debug/pprof/heap?gc=1", path, "heap profile")
+}
+
+// saveProfile writes what url (a /debug/pprof endpoint of --profiling)
+// answers to path; what names the profile in errors.
+func saveProfile(hc *http.Client, url, path, what string) error {
+	resp, err := hc.Get(url)
 	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap profile: %s (is --profiling a flag of this nftpolicy?)", resp.Status)
+		return fmt.Errorf("%s: %s (is --profiling a flag of this nftpolicy?)", what, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -212,7 +202,7 @@ func (d *daemon) heapProfile(path string) error {
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return f.Close()
 }
