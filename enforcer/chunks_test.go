@@ -178,3 +178,38 @@ func TestEditRangesIsTheDiff(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkHeldFindsWhatRangesHold: whether it searches for each address
+// (few) or walks both lists (many), markHeld marks exactly the addresses
+// the ranges hold, and leaves marks already set.
+func TestMarkHeldFindsWhatRangesHold(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	addr := func() netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(64))}) }
+	for i := range 3000 {
+		var b netipx.IPSetBuilder
+		for range r.IntN(40) {
+			b.Add(addr())
+		}
+		set, _ := b.IPSet()
+		ranges := rangesOf(set, nft.IPv4)
+		var addrs []netip.Addr
+		for range r.IntN(48) {
+			addrs = append(addrs, addr())
+		}
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		addrs = slices.Compact(addrs)
+		held := make([]bool, len(addrs))
+		preset := map[int]bool{}
+		for k := range held {
+			if r.IntN(10) == 0 {
+				held[k], preset[k] = true, true
+			}
+		}
+		markHeld(ranges, addrs, held)
+		for k, ip := range addrs {
+			if want := preset[k] || inRangeElements(ranges, ip); held[k] != want {
+				t.Fatalf("case %d: %v in %v marked %v, want %v (%d addresses)", i, ip, ranges, held[k], want, len(addrs))
+			}
+		}
+	}
+}

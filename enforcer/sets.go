@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"strings"
@@ -387,17 +388,55 @@ func (c *Compiler) patchUnion(e *peerSets, ch *changes, touched map[string]bool,
 	addrs = slices.Compact(addrs)
 	parts := c.unionParts(e)
 	var gone, came []netip.Addr
-	for _, ip := range addrs {
-		f := nft.FamilyOf(ip)
-		want := slices.ContainsFunc(parts, func(part *peerSets) bool { return inRangeElements(part.sets[f].Elements, ip) })
-		switch has := inRangeElements(e.sets[f].Elements, ip); {
-		case want && !has:
-			came = append(came, ip)
-		case !want && has:
-			gone = append(gone, ip)
+	for _, f := range families {
+		// addrs is sorted: each family's addresses are a run of it.
+		lo := slices.IndexFunc(addrs, func(ip netip.Addr) bool { return nft.FamilyOf(ip) == f })
+		if lo < 0 {
+			continue
+		}
+		hi := lo + slices.IndexFunc(addrs[lo:], func(ip netip.Addr) bool { return nft.FamilyOf(ip) != f })
+		if hi < lo {
+			hi = len(addrs)
+		}
+		run := addrs[lo:hi]
+		want, has := make([]bool, len(run)), make([]bool, len(run))
+		for _, part := range parts {
+			markHeld(part.sets[f].Elements, run, want)
+		}
+		markHeld(e.sets[f].Elements, run, has)
+		for i, ip := range run {
+			switch {
+			case want[i] && !has[i]:
+				came = append(came, ip)
+			case !want[i] && has[i]:
+				gone = append(gone, ip)
+			}
 		}
 	}
 	c.editPeerSets(e, gone, came)
+}
+
+// markHeld sets held[i] for each of the sorted addrs that ranges (sorted
+// and merged, as rangesOf leaves them) hold: a binary search for each
+// when they are few, one walk of both lists when they are many (a
+// namespace of 1,500 pods relabelled against unions of thousands of
+// ranges).
+func markHeld(ranges []nft.Element, addrs []netip.Addr, held []bool) {
+	if len(addrs)*bits.Len(uint(len(ranges))) < len(ranges)+len(addrs) {
+		for i, ip := range addrs {
+			held[i] = held[i] || inRangeElements(ranges, ip)
+		}
+		return
+	}
+	j := 0
+	for i, ip := range addrs {
+		for j < len(ranges) && lastOf(ranges[j]).Less(ip) {
+			j++
+		}
+		if j < len(ranges) && ranges[j].Addr.Compare(ip) <= 0 {
+			held[i] = true
+		}
+	}
 }
 
 // unionParts are the peer sets of a union's parts, which it holds.
