@@ -118,7 +118,7 @@ func removeFrom(m map[string]map[*peerSets]bool, k string, e *peerSets) {
 	}
 }
 
-// candidates are the lists (not unions) ch may touch: a superset of those
+// peerCandidates are the lists (not unions) ch may touch: a superset of those
 // peersTouched finds among all lists.
 func (c *Compiler) peerCandidates(ch *changes) map[*peerSets]bool {
 	x := &c.peerIdx
