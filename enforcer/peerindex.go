@@ -36,7 +36,12 @@ type nsSelectorLists struct {
 // nsSelectorKey identifies what a namespace selector selects: its
 // requirements as labels.Selector writes them, its type (an empty
 // selector that matches nothing writes as one that matches everything),
-// and whether it names the namespaces it may (mayBe).
+// and whether it names the namespaces it may (mayBe). Two selectors with
+// one key select alike: a selector that parsed (LabelSelectorAsSelector)
+// has keys and values of label syntax, which cannot hold the commas,
+// parentheses and operators that String writes between them, so the
+// text is the requirements, one way. Were two lists to share a key
+// wrongly, the second's changes would be judged by the first's selector.
 func nsSelectorKey(s peerSelector) string {
 	return fmt.Sprintf("%T|%v|%s", s.namespaces, s.mayBe, s.namespaces.String())
 }

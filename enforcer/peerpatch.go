@@ -133,29 +133,39 @@ func (c *Compiler) patchPeers(e *peerSets, ch *changes) (moved []netip.Addr, ok 
 			}
 		}
 	}
-	gone, came := slices.Collect(maps.Keys(mp.gone)), slices.Collect(maps.Keys(mp.came))
-	c.editPeerSets(e, gone, came)
-	return append(gone, came...), true
+	gone, came := byFamily(slices.Collect(maps.Keys(mp.gone))), byFamily(slices.Collect(maps.Keys(mp.came)))
+	for _, f := range families {
+		c.editPeerSet(e, f, gone[f], came[f])
+		moved = append(append(moved, gone[f]...), came[f]...)
+	}
+	return moved, true
 }
 
-// editPeerSets takes the addresses gone out of e's sets and puts those in
-// came into them, each set in one pass (editRanges), and gives the delta
-// the exact change, so that the writer need not compare two sets of
-// thousands of ranges to find the few an event moved. An address is in
-// one of the lists at most, in any order.
-func (c *Compiler) editPeerSets(e *peerSets, gone, came []netip.Addr) {
-	for _, f := range families {
-		inFamily := func(ip netip.Addr) bool { return nft.FamilyOf(ip) != f }
-		g := slices.DeleteFunc(slices.Clone(gone), inFamily)
-		a := slices.DeleteFunc(slices.Clone(came), inFamily)
-		if len(g) == 0 && len(a) == 0 {
-			continue
-		}
-		slices.SortFunc(g, netip.Addr.Compare)
-		slices.SortFunc(a, netip.Addr.Compare)
-		elems, removed, added := editRanges(e.sets[f].Elements, slices.Compact(g), slices.Compact(a))
-		c.patchPeerSet(e, f, elems, removed, added)
+// byFamily splits addrs by family, each list sorted and without repeats.
+func byFamily(addrs []netip.Addr) map[nft.IPFamily][]netip.Addr {
+	out := map[nft.IPFamily][]netip.Addr{}
+	for _, ip := range addrs {
+		f := nft.FamilyOf(ip)
+		out[f] = append(out[f], ip)
 	}
+	for f, l := range out {
+		slices.SortFunc(l, netip.Addr.Compare)
+		out[f] = slices.Compact(l)
+	}
+	return out
+}
+
+// editPeerSet takes the addresses gone out of e's set of family f and
+// puts those in came into it, in one pass (editRanges), and gives the
+// delta the exact change, so that the writer need not compare two sets of
+// thousands of ranges to find the few an event moved. gone and came are
+// of f, sorted, without repeats, and share no address.
+func (c *Compiler) editPeerSet(e *peerSets, f nft.IPFamily, gone, came []netip.Addr) {
+	if len(gone) == 0 && len(came) == 0 {
+		return
+	}
+	elems, removed, added := editRanges(e.sets[f].Elements, gone, came)
+	c.patchPeerSet(e, f, elems, removed, added)
 }
 
 // patchPeerSet makes elems e's set of family f (setPeerElements), and

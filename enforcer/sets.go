@@ -291,35 +291,42 @@ func (c *Compiler) refreshPeers(ch *changes) {
 	if len(ch.pods) == 0 && len(ch.namespaces) == 0 && !ch.nodes {
 		return
 	}
-	touched := map[string]bool{}       // keys of the lists recomputed or patched
-	moved := map[string][]netip.Addr{} // by key of a list patched: the addresses its patch moved
+	patched := map[string][]netip.Addr{} // by key of a list patched: the addresses its patch moved
+	computed := map[string]bool{}        // keys of the lists computed again
 	for e := range c.peerCandidates(ch) {
 		if !c.peersTouched(e, ch) {
 			continue
 		}
-		touched[e.key] = true
-		if !ch.nodes {
-			if m, ok := c.patchPeers(e, ch); ok {
-				moved[e.key] = m
-				continue
-			}
+		if moved, ok := c.patchPeers(e, ch); ok {
+			patched[e.key] = moved
+		} else {
+			c.computePeers(e)
+			computed[e.key] = true
 		}
-		c.computePeers(e)
 	}
 	// Then the unions of those lists, from their parts as they are now. A
 	// union none of whose parts was touched is what it was: after a
 	// namespace change, merging every union again cost as much as all
-	// their parts, whether the namespace was in them or not.
+	// their parts, whether the namespace was in them or not. A union is
+	// patched at the addresses its parts' patches moved, or merged again
+	// if a part was computed again.
 	unions := map[*peerSets]bool{}
-	for k := range touched {
+	for k := range patched {
+		maps.Copy(unions, c.peerIdx.unions[k])
+	}
+	for k := range computed {
 		maps.Copy(unions, c.peerIdx.unions[k])
 	}
 	for e := range unions {
-		if ch.nodes {
+		if slices.ContainsFunc(e.parts, func(k string) bool { return computed[k] }) {
 			c.mergeUnion(e)
-		} else {
-			c.patchUnion(e, ch, touched, moved)
+			continue
 		}
+		var moved []netip.Addr
+		for _, k := range e.parts {
+			moved = append(moved, patched[k]...)
+		}
+		c.patchUnion(e, moved)
 	}
 }
 
@@ -352,59 +359,20 @@ func mergeRanges(a, b []nft.Element) []nft.Element {
 	return out
 }
 
-// patchUnion brings a union in step with its parts after pod and
-// namespace changes: an address whose membership of a part may have
-// changed is in the union when it is in one of the parts, which are up to
-// date. Those addresses are the ones the patches of its touched parts
-// moved (moved, by part), or, when a touched part was computed again, the
-// addresses of every changed pod and of every pod of a changed namespace.
-func (c *Compiler) patchUnion(e *peerSets, ch *changes, touched map[string]bool, moved map[string][]netip.Addr) {
-	var addrs []netip.Addr
-	recomputed := slices.ContainsFunc(e.parts, func(k string) bool {
-		_, patched := moved[k]
-		return touched[k] && !patched
-	})
-	if recomputed {
-		for _, changed := range ch.pods {
-			for _, pc := range changed {
-				for _, pd := range []*pod{pc.old, pc.new} {
-					if pd != nil {
-						addrs = append(addrs, pd.ips...)
-					}
-				}
-			}
-		}
-		for _, nc := range ch.namespaces {
-			for _, pd := range c.unchangedPods(ch, nc.name) {
-				addrs = append(addrs, pd.ips...)
-			}
-		}
-	} else {
-		for _, k := range e.parts {
-			addrs = append(addrs, moved[k]...)
-		}
-	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	addrs = slices.Compact(addrs)
+// patchUnion brings a union in step with its parts, which are up to
+// date, at the addresses whose membership of a part may have changed
+// (moved, in any order, repeats allowed): such an address is in the union
+// when it is in one of the parts.
+func (c *Compiler) patchUnion(e *peerSets, moved []netip.Addr) {
 	parts := c.unionParts(e)
-	var gone, came []netip.Addr
-	for _, f := range families {
-		// addrs is sorted: each family's addresses are a run of it.
-		lo := slices.IndexFunc(addrs, func(ip netip.Addr) bool { return nft.FamilyOf(ip) == f })
-		if lo < 0 {
-			continue
-		}
-		hi := lo + slices.IndexFunc(addrs[lo:], func(ip netip.Addr) bool { return nft.FamilyOf(ip) != f })
-		if hi < lo {
-			hi = len(addrs)
-		}
-		run := addrs[lo:hi]
-		want, has := make([]bool, len(run)), make([]bool, len(run))
+	for f, addrs := range byFamily(moved) {
+		want, has := make([]bool, len(addrs)), make([]bool, len(addrs))
 		for _, part := range parts {
-			markHeld(part.sets[f].Elements, run, want)
+			markHeld(part.sets[f].Elements, addrs, want)
 		}
-		markHeld(e.sets[f].Elements, run, has)
-		for i, ip := range run {
+		markHeld(e.sets[f].Elements, addrs, has)
+		var gone, came []netip.Addr
+		for i, ip := range addrs {
 			switch {
 			case want[i] && !has[i]:
 				came = append(came, ip)
@@ -412,8 +380,8 @@ func (c *Compiler) patchUnion(e *peerSets, ch *changes, touched map[string]bool,
 				gone = append(gone, ip)
 			}
 		}
+		c.editPeerSet(e, f, gone, came)
 	}
-	c.editPeerSets(e, gone, came)
 }
 
 // markHeld sets held[i] for each of the sorted addrs that ranges (sorted
