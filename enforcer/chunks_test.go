@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -151,31 +152,22 @@ func TestEditRangesIsTheDiff(t *testing.T) {
 		startSet, _ := start.IPSet()
 		wantSet, _ := want.IPSet()
 		before, after := rangesOf(startSet, f), rangesOf(wantSet, f)
-		got, removed, added := editRanges(before, gone, came)
-		if !slices.Equal(got, after) || (got == nil) != (after == nil) {
-			t.Fatalf("case %d: editRanges(%v, gone %v, came %v) = %v, want %v", i, before, gone, came, got, after)
-		}
-		had, has := map[nft.Element]bool{}, map[nft.Element]bool{}
-		for _, el := range before {
-			had[el] = true
-		}
-		for _, el := range got {
-			has[el] = true
-		}
-		var wantRemoved, wantAdded []nft.Element
-		for _, el := range before {
-			if !has[el] {
-				wantRemoved = append(wantRemoved, el)
-			}
-		}
-		for _, el := range got {
-			if !had[el] {
-				wantAdded = append(wantAdded, el)
-			}
-		}
-		if !slices.Equal(removed, wantRemoved) || !slices.Equal(added, wantAdded) {
-			t.Fatalf("case %d: editRanges(%v, gone %v, came %v) removed %v added %v, want removed %v added %v", i, before, gone, came, removed, added, wantRemoved, wantAdded)
-		}
+		checkEditRanges(t, fmt.Sprintf("case %d", i), before, gone, came, after)
+	}
+}
+
+// checkEditRanges fails t unless editRanges(before, gone, came) gives
+// after, which rangesOf built, and as its exact change the ranges before
+// has and after has not, and the reverse (elementDiff), in order.
+func checkEditRanges(t *testing.T, where string, before []nft.Element, gone, came []netip.Addr, after []nft.Element) {
+	t.Helper()
+	got, removed, added := editRanges(before, gone, came)
+	if !slices.Equal(got, after) || (got == nil) != (after == nil) {
+		t.Fatalf("%s: editRanges(%v, gone %v, came %v) = %v, want %v", where, before, gone, came, got, after)
+	}
+	wantRemoved, wantAdded := elementDiff(before, after)
+	if !slices.Equal(removed, wantRemoved) || !slices.Equal(added, wantAdded) {
+		t.Fatalf("%s: editRanges(%v, gone %v, came %v) removed %v added %v, want removed %v added %v", where, before, gone, came, removed, added, wantRemoved, wantAdded)
 	}
 }
 

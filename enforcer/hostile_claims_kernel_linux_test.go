@@ -27,6 +27,23 @@ import (
 // hcKernelAddrs reads the interval set name of netns with nft -j.
 func hcKernelAddrs(t *testing.T, netns, name string) *netipx.IPSet {
 	t.Helper()
+	var b netipx.IPSetBuilder
+	for _, e := range kernelSetElements(t, netns, name) {
+		if err := addJSONElement(&b, e); err != nil {
+			t.Fatalf("set %s: element %s: %v", name, e, err)
+		}
+	}
+	s, err := b.IPSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// kernelSetElements lists the elements of set name in our table of netns
+// as `nft -j list set` gives them: a second reader, not our decoder.
+func kernelSetElements(t *testing.T, netns, name string) []json.RawMessage {
+	t.Helper()
 	out := testns.Nft(t, netns, "", "-j", "list", "set", "inet", DefaultTable, name)
 	var doc struct {
 		Nftables []map[string]json.RawMessage `json:"nftables"`
@@ -34,7 +51,7 @@ func hcKernelAddrs(t *testing.T, netns, name string) *netipx.IPSet {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("nft -j list set %s: %v\n%s", name, err, out)
 	}
-	var b netipx.IPSetBuilder
+	var elems []json.RawMessage
 	for _, obj := range doc.Nftables {
 		raw, ok := obj["set"]
 		if !ok {
@@ -46,17 +63,9 @@ func hcKernelAddrs(t *testing.T, netns, name string) *netipx.IPSet {
 		if err := json.Unmarshal(raw, &set); err != nil {
 			t.Fatalf("nft -j list set %s: %v", name, err)
 		}
-		for _, e := range set.Elem {
-			if err := addJSONElement(&b, e); err != nil {
-				t.Fatalf("set %s: element %s: %v", name, e, err)
-			}
-		}
+		elems = append(elems, set.Elem...)
 	}
-	s, err := b.IPSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return elems
 }
 
 func hcModelAddrs(s *nft.Set) *netipx.IPSet {

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftpolicy/nftpolicy/internal/scale"
-	"github.com/nftpolicy/nftpolicy/internal/testns"
 	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
@@ -29,33 +28,18 @@ import (
 // netns, as `nft -j list set` gives them, each "addr . proto . port".
 func hpKernelElements(t *testing.T, netns, name string) []string {
 	t.Helper()
-	out := testns.Nft(t, netns, "", "-j", "list", "set", "inet", DefaultTable, name)
-	var doc struct {
-		Nftables []map[string]json.RawMessage `json:"nftables"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("nft -j list set %s: %v\n%s", name, err, out)
-	}
 	var got []string
-	for _, obj := range doc.Nftables {
-		raw, ok := obj["set"]
-		if !ok {
-			continue
+	for _, raw := range kernelSetElements(t, netns, name) {
+		var e struct {
+			Concat []any `json:"concat"`
 		}
-		var set struct {
-			Elem []struct {
-				Concat []any `json:"concat"`
-			} `json:"elem"`
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatalf("set %s: element %s: %v", name, raw, err)
 		}
-		if err := json.Unmarshal(raw, &set); err != nil {
-			t.Fatalf("nft -j list set %s: %v", name, err)
+		if len(e.Concat) != 3 {
+			t.Fatalf("set %s: element %s is not address . protocol . port", name, raw)
 		}
-		for _, e := range set.Elem {
-			if len(e.Concat) != 3 {
-				t.Fatalf("set %s: element %v is not address . protocol . port", name, e.Concat)
-			}
-			got = append(got, fmt.Sprintf("%v . %v . %v", e.Concat[0], e.Concat[1], e.Concat[2]))
-		}
+		got = append(got, fmt.Sprintf("%v . %v . %v", e.Concat[0], e.Concat[1], e.Concat[2]))
 	}
 	slices.Sort(got)
 	return got

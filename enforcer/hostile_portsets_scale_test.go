@@ -35,11 +35,8 @@ func TestHostilePortSetsScale(t *testing.T) {
 	snap.Sort()
 	opts := Options{Node: testNode, DeferUnions: true}
 	inc := NewCompiler(opts)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	first, _ := inc.Compile(snap, DefaultPriority)
-	runtime.ReadMemStats(&after)
-	fresh := after.TotalAlloc - before.TotalAlloc
+	var first *nft.Table
+	fresh := allocatedBy(func() { first, _ = inc.Compile(snap, DefaultPriority) })
 	for _, name := range []string{"egress-port-dns-udp-v4", "egress-port-http-tcp-v6"} {
 		if s := hpSet(first, name); s == nil || s.Len() != 150000 {
 			t.Fatalf("set %s: want 150000 elements", name)
@@ -236,11 +233,8 @@ func TestHostilePortSetsScaleReactivation(t *testing.T) {
 		}
 	}
 	inc := NewCompiler(Options{Node: testNode, DeferUnions: true})
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	first, _ := inc.Compile(snap, DefaultPriority)
-	runtime.ReadMemStats(&after)
-	fresh := after.TotalAlloc - before.TotalAlloc
+	var first *nft.Table
+	fresh := allocatedBy(func() { first, _ = inc.Compile(snap, DefaultPriority) })
 	if s := hpSet(first, "egress-port-http-tcp-v4"); s == nil || s.Len() != 150000 {
 		t.Fatal("egress-port-http-tcp-v4: want 150000 elements")
 	}
@@ -279,11 +273,23 @@ func compileEvent(inc *Compiler, cur *k8s.Snapshot, change func(s *k8s.Snapshot)
 	next.Pods = slices.Clone(cur.Pods)
 	change(&next)
 	next.Sort()
+	var got *nft.Table
+	var d *nft.Delta
+	cost := allocatedBy(func() {
+		got, _ = inc.Compile(&next, DefaultPriority)
+		d = inc.Delta()
+	})
+	return &next, got, d, cost
+}
+
+// allocatedBy runs f and returns the bytes it allocated: a measure of
+// work that, unlike time, this machine's noise does not move (no test of
+// the package runs in parallel).
+func allocatedBy(f func()) uint64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	got, _ := inc.Compile(&next, DefaultPriority)
-	d := inc.Delta()
+	f()
 	runtime.ReadMemStats(&after)
-	return &next, got, d, after.TotalAlloc - before.TotalAlloc
+	return after.TotalAlloc - before.TotalAlloc
 }
