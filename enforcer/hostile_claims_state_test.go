@@ -32,7 +32,8 @@ var hcStateSkip = map[string]bool{
 	"flowIDs": true,
 }
 
-// compilerShape lists path → length (and reference counts) of c's state.
+// compilerShape lists path → keys of each map (the count, for maps keyed
+// by pointers), length of each slice, and reference counts of c's state.
 func compilerShape(c *Compiler) map[string]string {
 	out := map[string]string{}
 	seen := map[uintptr]bool{}
@@ -55,7 +56,18 @@ func compilerShape(c *Compiler) map[string]string {
 		case reflect.Slice:
 			out[path] = fmt.Sprint(v.Len())
 		case reflect.Map:
+			// Its keys, not only how many: an entry left behind in place
+			// of one that should be there keeps the count. Keys that are
+			// pointers differ between two compilers; their count is all.
 			out[path] = fmt.Sprint(v.Len())
+			if v.Type().Key().Kind() != reflect.Pointer {
+				keys := make([]string, 0, v.Len())
+				for _, k := range v.MapKeys() {
+					keys = append(keys, fmt.Sprint(k))
+				}
+				sort.Strings(keys)
+				out[path] = strings.Join(keys, " ")
+			}
 			// reference counts
 			if vt := v.Type().Elem(); vt.Kind() == reflect.Pointer && vt.Elem().Kind() == reflect.Struct {
 				if f, ok := vt.Elem().FieldByName("refs"); ok && f.Type.Kind() == reflect.Int {
