@@ -103,7 +103,7 @@ func (d *Delta) RecordSet(old, new *Set) {
 		d.AddSets = append(d.AddSets, new)
 	case new == nil:
 		d.DeleteSets = append(d.DeleteSets, old.Name)
-	case old.Key != new.Key || old.Interval != new.Interval || old.Verdict != new.Verdict || old.Comment != new.Comment:
+	case old.Key != new.Key || old.Interval != new.Interval || old.PerAddress != new.PerAddress || old.Verdict != new.Verdict || old.Comment != new.Comment:
 		*d = Delta{Full: true, Reason: "set " + new.Name + " changed its type, flags or comment"}
 	case !sameElements(old, new):
 		d.UpdateSets = append(d.UpdateSets, SetUpdate{Old: old, New: new})
@@ -117,6 +117,18 @@ func (u SetUpdate) changes() (gone, came []Element) {
 		return u.Removed, u.Added
 	}
 	return diffElements(u.Old, u.New)
+}
+
+// kernelChanges returns changes() as the kernel's elements change: for a
+// set held per address (PerAddress), by address, so that a range grown by
+// one address adds that address, not the range again. What it deletes
+// the kernel holds, and what it adds it does not.
+func (u SetUpdate) kernelChanges() (gone, came []Element) {
+	gone, came = u.changes()
+	if u.Old.PerAddress && u.New.PerAddress {
+		return addressDiff(gone, came), addressDiff(came, gone)
+	}
+	return gone, came
 }
 
 // diffElements returns the elements old has and new has not, and the

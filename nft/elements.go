@@ -3,6 +3,8 @@ package nft
 import (
 	"iter"
 	"slices"
+
+	"go4.org/netipx"
 )
 
 // Len is the number of elements of s, in Elements or in Chunks.
@@ -82,4 +84,28 @@ func sameElementsSlow(a, b *Set) bool {
 		}
 	}
 	return true
+}
+
+// addressDiff returns the addresses of the ranges of a that no range of b
+// holds, as ranges: what a set held per address (PerAddress) loses when
+// a are its ranges gone and b its ranges come, or gains the other way
+// round.
+func addressDiff(a, b []Element) []Element {
+	if len(a) == 0 || len(b) == 0 {
+		return a
+	}
+	var sb netipx.IPSetBuilder
+	for _, e := range a {
+		sb.AddRange(addrRangeOf(e))
+	}
+	for _, e := range b {
+		sb.RemoveRange(addrRangeOf(e))
+	}
+	set, _ := sb.IPSet() // only fails for invalid ranges, which Validate refuses
+	var out []Element
+	for _, r := range set.Ranges() {
+		e := Element{Addr: r.From(), Last: r.To()}
+		out = append(out, e.normalize())
+	}
+	return out
 }

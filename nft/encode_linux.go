@@ -154,6 +154,11 @@ func encodeList(s *Set, elems []Element) ([]nftables.SetElement, error) {
 			out = append(out, nftables.SetElement{Key: key, VerdictData: &expr.Verdict{Kind: kind, Chain: e.Verdict.Chain}})
 		case s.Key.Concat():
 			out = append(out, nftables.SetElement{Key: protoPortKey(e.Addr, e.Proto, e.Port)})
+		case s.PerAddress:
+			r := addrRangeOf(e)
+			for a := r.From(); a.IsValid() && !r.To().Less(a); a = a.Next() {
+				out = append(out, nftables.SetElement{Key: addrBytes(a)})
+			}
 		case s.Interval:
 			r := addrRangeOf(e)
 			out = append(out, nftables.SetElement{Key: addrBytes(r.From())})

@@ -59,12 +59,16 @@ func renderSet(b *strings.Builder, s *Set) {
 	}
 	if s.Len() > 0 {
 		b.WriteString("\t\telements = {")
-		for i, e := range s.All() {
-			if i > 0 {
-				b.WriteString(",")
+		first := true
+		for _, e := range s.All() {
+			for _, one := range renderedElements(s, e) {
+				if !first {
+					b.WriteString(",")
+				}
+				first = false
+				b.WriteString("\n\t\t\t")
+				b.WriteString(one)
 			}
-			b.WriteString("\n\t\t\t")
-			b.WriteString(renderElement(s, e))
 		}
 		b.WriteString("\n\t\t}\n")
 	}
@@ -85,6 +89,21 @@ func keyTypeName(k KeyType) string {
 	panic(fmt.Sprintf("nft: unknown key type %d", k))
 }
 
+// renderedElements are the elements e is in the kernel, as nft lists
+// them: one, except for a range of a set held per address (PerAddress),
+// which is each of its addresses.
+func renderedElements(s *Set, e Element) []string {
+	if !s.PerAddress {
+		return []string{renderElement(s, e)}
+	}
+	var out []string
+	r := addrRangeOf(e)
+	for a := r.From(); a.IsValid() && !r.To().Less(a); a = a.Next() {
+		out = append(out, a.String())
+	}
+	return out
+}
+
 func renderElement(s *Set, e Element) string {
 	switch {
 	case s.protoPortMap():
@@ -97,7 +116,7 @@ func renderElement(s *Set, e Element) string {
 		return e.Addr.String() + " : " + renderVerdict(e.Verdict)
 	case s.Key.Concat():
 		return fmt.Sprintf("%s . %s . %d", e.Addr, e.Proto, e.Port)
-	case s.Interval:
+	case s.ranged():
 		return renderAddrRange(e)
 	}
 	return e.Addr.String()
@@ -295,7 +314,7 @@ func RenderDelta(d *Delta, new *Table) string {
 		renderElements(&b, "add", tbl, s, s.List())
 	}
 	for _, u := range d.UpdateSets {
-		gone, came := u.changes()
+		gone, came := u.kernelChanges()
 		renderElements(&b, "delete", tbl, u.Old, gone)
 		renderElements(&b, "add", tbl, u.New, came)
 	}
@@ -325,11 +344,15 @@ func renderElements(b *strings.Builder, verb, tbl string, s *Set, elems []Elemen
 		return
 	}
 	fmt.Fprintf(b, "%s element %s %s { ", verb, tbl, s.Name)
-	for i, e := range elems {
-		if i > 0 {
-			b.WriteString(", ")
+	first := true
+	for _, e := range elems {
+		for _, one := range renderedElements(s, e) {
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			b.WriteString(one)
 		}
-		b.WriteString(renderElement(s, e))
 	}
 	b.WriteString(" }\n")
 }

@@ -267,7 +267,7 @@ func (tr *tracer) lookup(name string, a netip.Addr, proto Proto, port uint16) bo
 			if e.Addr == a && e.Proto == proto && e.Port == port {
 				return true
 			}
-		case s.Interval:
+		case s.ranged():
 			if addrRangeOf(e).Contains(a) {
 				return true
 			}

@@ -11,8 +11,9 @@ import (
 
 // Validate checks what the encoder relies on and the kernel would refuse
 // (EEXIST, EINVAL) for the whole batch: a known key type; every address
-// valid and of the key's family; in an interval set or address interval
-// verdict map, ranges that are well-formed, sorted and do not overlap;
+// valid and of the key's family; in an interval set, a set held per
+// address or an address interval verdict map, ranges that are
+// well-formed, sorted and do not overlap;
 // elsewhere no key twice; in a verdict map, verdicts a map can hold. A set
 // that fails is a compiler bug, and is refused before anything is sent,
 // naming the set and the element.
@@ -45,6 +46,9 @@ func (s *Set) Validate() error {
 	if s.Interval && s.Key.Concat() {
 		return fmt.Errorf("interval sets here hold plain addresses")
 	}
+	if s.PerAddress && (s.Interval || s.Verdict || s.Key.Concat()) {
+		return fmt.Errorf("a set held per address is a plain address set, without intervals or verdicts")
+	}
 	fam := s.Key.Family()
 	type key struct {
 		addr  netip.Addr
@@ -60,7 +64,7 @@ func (s *Set) Validate() error {
 		if e.ProtoLast != 0 || e.PortLast != 0 {
 			return fmt.Errorf("element %d: a protocol or port range outside an address . protocol . port interval map", i)
 		}
-		if s.Interval {
+		if s.ranged() {
 			r := addrRangeOf(e)
 			if !r.IsValid() || FamilyOf(r.To()) != fam {
 				return fmt.Errorf("element %d: %v-%v is not a range", i, e.Addr, e.Last)

@@ -394,7 +394,7 @@ func (b *writer) updateElements(u SetUpdate) error {
 			return err
 		}
 	}
-	gone, came := u.changes()
+	gone, came := u.kernelChanges()
 	del, add, err := elementDelta(u.Old, u.New, gone, came)
 	if err != nil {
 		return err

@@ -1,0 +1,107 @@
+package nft
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nftpolicy/nftpolicy/internal/testns"
+)
+
+// Kernel tests of sets held per address (Set.PerAddress): ranges in the
+// model, one kernel element per address in a set without intervals.
+
+// perAddressTable is a table whose sets pods (IPv4) and pods6 hold the
+// given ranges ("a" or "a-b") per address, looked up by source address.
+func perAddressTable(v4, v6 []string) *Table {
+	set := func(name string, key KeyType, ranges []string) *Set {
+		s := &Set{Name: name, Comment: "pods", Key: key, PerAddress: true}
+		s.Elements = rangeElements(ranges)
+		return s
+	}
+	return &Table{Family: FamilyInet, Name: "nftpolicy", Sets: []*Set{set("pods", KeyIPv4, v4), set("pods6", KeyIPv6, v6)}, Chains: []*Chain{
+		{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Policy: Accept}, Rules: []Rule{
+			{Exprs: []Expr{AddrInSet{Family: IPv4, Field: Saddr, Set: "pods"}, Verdict{Kind: Accept}}},
+			{Exprs: []Expr{AddrInSet{Family: IPv6, Field: Saddr, Set: "pods6"}, Verdict{Kind: Accept}}},
+		}},
+	}}
+}
+
+func rangeElements(ranges []string) []Element {
+	var out []Element
+	for _, r := range ranges {
+		first, last, isRange := strings.Cut(r, "-")
+		e := Element{Addr: netip.MustParseAddr(first)}
+		if isRange {
+			e.Last = netip.MustParseAddr(last)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestKernelPerAddressSet: a set held per address is written as one
+// element an address into a set without intervals, lists as nft -f of its
+// rendering does, reads back without drift, and is patched by address: a
+// range that grows or splits sends the addresses that changed, not the
+// range again, whether the delta is exact (as the compiler's peer patches
+// are) or found by comparing the sets; the text of each delta, loaded by
+// nft over the old table, leaves the same.
+func TestKernelPerAddressSet(t *testing.T) {
+	old := perAddressTable([]string{"10.0.0.1-10.0.0.3", "10.0.0.7"}, []string{"fd00::1-fd00::2"})
+	next := perAddressTable([]string{"10.0.0.1", "10.0.0.3-10.0.0.4"}, []string{"fd00::1-fd00::2"})
+
+	listing := testns.AssertSameAsNft(t, old.Name, applyIn(old), Render(old))
+	if strings.Contains(listing, "interval") || !strings.Contains(listing, "10.0.0.2") {
+		t.Errorf("want one element an address in a set without intervals, nft lists:\n%s", listing)
+	}
+
+	ns, c := openTestNS(t)
+	st, err := c.Apply(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ElementsAdded != 6 {
+		t.Errorf("%d elements written for 6 addresses", st.ElementsAdded)
+	}
+	if drift, err := c.Drift(old); err != nil || drift != "" {
+		t.Fatalf("as written: drift %q, %v", drift, err)
+	}
+
+	exact := &Delta{UpdateSets: []SetUpdate{{Old: old.Sets[0], New: next.Sets[0], Exact: true,
+		Removed: rangeElements([]string{"10.0.0.1-10.0.0.3", "10.0.0.7"}),
+		Added:   rangeElements([]string{"10.0.0.1", "10.0.0.3-10.0.0.4"})}}}
+	for _, step := range []struct {
+		name          string
+		from, to      *Table
+		delta         *Delta
+		deleted, adds int
+	}{
+		// 10.0.0.2 and 10.0.0.7 leave, 10.0.0.4 joins.
+		{"exact patch", old, next, exact, 2, 1},
+		{"compared back", next, old, Diff(next, old), 1, 2},
+		{"compared again", old, next, Diff(old, next), 2, 1},
+	} {
+		text := RenderDelta(step.delta, step.to)
+		st, err := c.WriteDeltaAt(step.delta, step.to, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if st.Full || st.ElementsDeleted != step.deleted || st.ElementsAdded != step.adds {
+			t.Errorf("%s: %+v, want %d elements deleted and %d added", step.name, st, step.deleted, step.adds)
+		}
+		if drift, err := c.Drift(step.to); err != nil || drift != "" {
+			t.Errorf("%s: drift %q, %v", step.name, drift, err)
+		}
+		theirs, n := openTestNS(t)
+		if _, err := n.Apply(step.from); err != nil {
+			t.Fatal(err)
+		}
+		testns.Nft(t, theirs, text, "-f", "-")
+		if got, want := testns.ListTable(t, theirs, "nftpolicy"), testns.ListTable(t, ns, "nftpolicy"); got != want {
+			t.Errorf("%s: nft -f of\n%s\nlists (-written +loaded):\n%s", step.name, text, cmp.Diff(want, got))
+		}
+	}
+}
