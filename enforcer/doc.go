@@ -55,7 +55,8 @@
 //	ingress-pod-…       jump ingress-ports
 //	ingress-ports       ip daddr . meta l4proto . th dport     hash: the fragment of
 //	                      vmap @ingress-ports-v4                this pod, protocol, port
-//	ingress-allow-<h>   ip saddr @peers-<h>-v4 → our bit        interval: the union's peers
+//	ingress-allow-<h>   ip saddr @peers-<h>-v4 → our bit        hash (pods alone) or
+//	                                                            interval (ipBlocks)
 //	ingress-pod-…       ip saddr @peers-<a>-v4 → our bit        the rules without ports
 //	                    our bit? clear it, return               allowed
 //	                    drop
@@ -76,8 +77,17 @@
 //     the pod chain that jumps to the same kind of chain, one per wide
 //     fragment, however many policies share it;
 //   - the fragment chain (`ingress-allow-<hash>`) asks the union's peer set
-//     of the packet's family: one interval lookup. Pods and fragments
-//     allowing the same peers share it; its comment spells the union out;
+//     of the packet's family: one lookup. Pods and fragments allowing the
+//     same peers share it; its comment spells the union out. A peer set
+//     of one family with no ipBlock of that family (pods and nodes alone,
+//     the common case) is held per address (nft.Set.PerAddress): a hash
+//     set, one element a pod. One with an ipBlock is an interval set,
+//     which kernel 6.18 searches by halving an array of its ranges, with
+//     a memcmp call at each step: about 200 ns a packet at a few thousand
+//     ranges on the bench machine, the largest single cost of the path
+//     before (hack/bench/pps, docs/performance.md). Which kind a set is
+//     follows from its peer list alone, so it never changes under its
+//     name;
 //   - the peers of rules without ports (every protocol and port) are one
 //     more union, asked in the pod chain;
 //   - an egress rule on a named port is the one question that is not
@@ -104,8 +114,9 @@
 // a fragment chain with a rule per peer list for that long (settle.go).
 //
 // Chains are static per policy and per pod; what churns is set content:
-// peer sets (interval sets holding pod IPs and ipBlock cidr minus except,
-// one per distinct peer list or union of them), named-port sets (address
+// peer sets (pod IPs, held per address, or with ipBlock cidr minus
+// except, interval sets; one per distinct peer list or union of them,
+// and family), named-port sets (address
 // . protocol . port of the pods serving a port name: this node's pods for
 // ingress, every pod for egress, one set per name and protocol), the
 // ports maps and the dispatch maps. An egress named-port set is in the

@@ -154,8 +154,9 @@ func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 	return b.String()
 }
 
-// peerSets are the addresses a peer list allows, as one interval set per
-// family. Their users are the rules of active policies matching against
+// peerSets are the addresses a peer list allows, as one set per family:
+// sorted, merged ranges, held per address in the kernel unless an ipBlock
+// of the family makes it an interval set (peersPerAddress). Their users are the rules of active policies matching against
 // them.
 type peerSets struct {
 	key    string
@@ -243,16 +244,44 @@ func (c *Compiler) setPeerElements(e *peerSets, f nft.IPFamily, elems []nft.Elem
 	if old := e.sets[f]; old != nil && slices.Equal(old.Elements, elems) {
 		return
 	}
+	perAddress := c.peersPerAddress(e, f)
 	s := &nft.Set{
-		Name:     c.peersSetName(e.key, f),
-		Comment:  peersComment(e.key),
-		Key:      addrKey(f),
-		Interval: true,
-		Elements: elems,
+		Name:       c.peersSetName(e.key, f),
+		Comment:    peersComment(e.key),
+		Key:        addrKey(f),
+		Interval:   !perAddress,
+		PerAddress: perAddress,
+		Elements:   elems,
 	}
 	e.sets[f] = s
 	c.putSet(s)
 	c.changedPeers[e.key] = true
+}
+
+// peersPerAddress reports whether e's set of family f holds addresses of
+// pods and nodes alone, no ipBlock: the kernel then holds it per address
+// (nft.Set.PerAddress), a hash lookup a packet instead of a search of
+// ranges, and one element a pod instead of an interval's two. A union is
+// held so when each of its parts is. The answer follows from e's key
+// alone, so a set never changes kind under its name.
+func (c *Compiler) peersPerAddress(e *peerSets, f nft.IPFamily) bool {
+	if e.parts != nil {
+		for _, k := range e.parts {
+			if part, ok := c.peers.get(k); !ok || !c.peersPerAddress(part, f) {
+				return false
+			}
+		}
+		return true
+	}
+	if e.parsed.blocks == nil {
+		return true
+	}
+	for _, r := range e.parsed.blocks.Ranges() {
+		if nft.FamilyOf(r.From()) == f {
+			return false
+		}
+	}
+	return true
 }
 
 // selectPods returns the pods a selector peer names: podSelector alone
