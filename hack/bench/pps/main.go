@@ -48,13 +48,17 @@
 // -load name=file (repeatable), loaded with nft -f in the node and
 // compared round by round with no-cnp.
 //
-// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2] [-cnp=false | -cnp-only] [-k=false | -k-only] [-dump DIR] [-load name=file]
+// -only k=1,k=1 walk keeps the named variants (and none and
+// conntrack-only), e.g. to hold one under perf for longer.
+//
+// Run as root: go run ./hack/bench/pps [-rounds 5] [-seconds 2] [-cnp=false | -cnp-only] [-k=false | -k-only] [-only names] [-dump DIR] [-load name=file]
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,7 +107,8 @@ func run() int {
 		loads = append(loads, v)
 		return nil
 	})
-	dumpDir := flag.String("dump", "", "write each compiled table, as nft list prints it, to this directory (one file per variant's cluster-policy kind)")
+	dumpDir := flag.String("dump", "", "write each compiled table, as nft list prints it, to this directory (one file per variant)")
+	only := flag.String("only", "", "comma-separated variants to measure besides none and conntrack-only (e.g. \"k=1\"); all when empty")
 	flag.Parse()
 	if *kOnly {
 		*cnpOnly, *withCNP, *withK = false, false, true
@@ -132,7 +137,7 @@ func run() int {
 	}
 	defer conn.Close()
 
-	var program func(snap *k8s.Snapshot, counters, flowLog, walk bool, cnps clusterPolicies) func() error
+	var program func(label string, snap *k8s.Snapshot, counters, flowLog, walk bool, cnps clusterPolicies) func() error
 	clear := func() error {
 		if err := conn.Delete(nft.FamilyInet, enforcer.DefaultTable); err != nil {
 			return err
@@ -141,10 +146,10 @@ func run() int {
 		n.Exec("nft", "delete", "table", "inet", "ctonly")
 		return nil
 	}
-	withPolicies := func(namespaces, policiesPerNS int, counters, flowLog bool, cnps clusterPolicies) func() error {
-		return program(benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog, cnps), counters, flowLog, false, cnps)
+	withPolicies := func(label string, namespaces, policiesPerNS int, counters, flowLog bool, cnps clusterPolicies) func() error {
+		return program(label, benchSnapshot(src, dst, namespaces, policiesPerNS, flowLog, cnps), counters, flowLog, false, cnps)
 	}
-	program = func(snap *k8s.Snapshot, counters, flowLog, walk bool, cnps clusterPolicies) func() error {
+	program = func(label string, snap *k8s.Snapshot, counters, flowLog, walk bool, cnps clusterPolicies) func() error {
 		opts := enforcer.Options{Node: node, Counters: counters, WalkPolicies: walk}
 		if flowLog {
 			opts.FlowLog = enforcer.FlowLog{Group: 100}
@@ -154,7 +159,7 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "compile:", problems)
 		}
 		if *dumpDir != "" {
-			name := fmt.Sprintf("%s/%s-walk=%v-counters=%v-flowlog=%v.nft", *dumpDir, cnps, walk, counters, flowLog)
+			name := fmt.Sprintf("%s/%s.nft", *dumpDir, strings.NewReplacer(" ", "-", "+", "").Replace(label))
 			if err := os.WriteFile(name, []byte(nft.Render(table)), 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 			}
@@ -190,26 +195,54 @@ func run() int {
 	}
 	if !*cnpOnly {
 		variants = append(variants,
-			variant{"nftpolicy 10 policies", withPolicies(1, 10, false, false, noCNP), ""},
-			variant{"10 policies +counters", withPolicies(1, 10, true, false, noCNP), "nftpolicy 10 policies"},
-			variant{"10 policies +flow log", withPolicies(1, 10, true, true, noCNP), "10 policies +counters"})
+			variant{"nftpolicy 10 policies", withPolicies("nftpolicy 10 policies", 1, 10, false, false, noCNP), ""},
+			variant{"10 policies +counters", withPolicies("10 policies +counters", 1, 10, true, false, noCNP), "nftpolicy 10 policies"},
+			variant{"10 policies +flow log", withPolicies("10 policies +flow log", 1, 10, true, true, noCNP), "10 policies +counters"})
 	}
-	variants = append(variants, variant{noCNPVariant, withPolicies(100, 10, false, false, noCNP), ""})
+	variants = append(variants, variant{noCNPVariant, withPolicies(noCNPVariant, 100, 10, false, false, noCNP), ""})
 	if !*cnpOnly {
 		variants = append(variants,
-			variant{"1k policies +counters", withPolicies(100, 10, true, false, noCNP), noCNPVariant},
-			variant{"1k policies +flow log", withPolicies(100, 10, true, true, noCNP), "1k policies +counters"})
+			variant{"1k policies +counters", withPolicies("1k policies +counters", 100, 10, true, false, noCNP), noCNPVariant},
+			variant{"1k policies +flow log", withPolicies("1k policies +flow log", 100, 10, true, true, noCNP), "1k policies +counters"})
 	}
 	if *withCNP || *cnpOnly {
 		variants = append(variants,
-			variant{cnp100Variant, withPolicies(100, 10, false, false, cnp100), noCNPVariant},
-			variant{cnp100AllVariant, withPolicies(100, 10, false, false, cnp100All), noCNPVariant})
+			variant{cnp100Variant, withPolicies(cnp100Variant, 100, 10, false, false, cnp100), noCNPVariant},
+			variant{cnp100AllVariant, withPolicies(cnp100AllVariant, 100, 10, false, false, cnp100All), noCNPVariant})
 	}
 	if !*cnpOnly {
 		variants = append(variants,
-			variant{"nftpolicy 10k policies", withPolicies(100, 100, false, false, noCNP), ""},
-			variant{"10k policies +counters", withPolicies(100, 100, true, false, noCNP), "nftpolicy 10k policies"},
-			variant{"10k policies +flow log", withPolicies(100, 100, true, true, noCNP), "10k policies +counters"})
+			variant{"nftpolicy 10k policies", withPolicies("nftpolicy 10k policies", 100, 100, false, false, noCNP), ""},
+			variant{"10k policies +counters", withPolicies("10k policies +counters", 100, 100, true, false, noCNP), "nftpolicy 10k policies"},
+			variant{"10k policies +flow log", withPolicies("10k policies +flow log", 100, 100, true, true, noCNP), "10k policies +counters"})
+	}
+kVariants:
+	if *withK && !*cnpOnly {
+		for _, k := range selectingK {
+			name := kVariant(k)
+			vs := ""
+			if k != selectingK[0] {
+				vs = kVariant(selectingK[0])
+			}
+			variants = append(variants, variant{name, program(name, kSnapshot(src, dst, k), false, false, false, noCNP), vs})
+		}
+		// The same clusters with pod chains that walk every selecting
+		// policy (enforcer.Options.WalkPolicies), the layout before the
+		// flat stage, in the same run.
+		for _, k := range selectingK {
+			vs := ""
+			if k != selectingK[0] {
+				vs = kWalkVariant(selectingK[0])
+			}
+			variants = append(variants, variant{kWalkVariant(k), program(kWalkVariant(k), kSnapshot(src, dst, k), false, false, true, noCNP), vs})
+		}
+	}
+
+	// Hand-made rulesets are compared with the table they were most
+	// likely edited from: K=1's under -k-only, the 1k-policy table else.
+	loadVs := noCNPVariant
+	if *kOnly {
+		loadVs = kVariant(selectingK[0])
 	}
 	for _, l := range loads {
 		name, file, _ := strings.Cut(l, "=")
@@ -221,27 +254,22 @@ func run() int {
 				return fmt.Errorf("%v: %s", err, out)
 			}
 			return nil
-		}, noCNPVariant})
+		}, loadVs})
 	}
-kVariants:
-	if *withK && !*cnpOnly {
-		for _, k := range selectingK {
-			name := kVariant(k)
-			vs := ""
-			if k != selectingK[0] {
-				vs = kVariant(selectingK[0])
-			}
-			variants = append(variants, variant{name, program(kSnapshot(src, dst, k), false, false, false, noCNP), vs})
+	if *only != "" {
+		keep := map[string]bool{"none": true, "conntrack-only": true}
+		for _, name := range strings.Split(*only, ",") {
+			keep[name] = true
 		}
-		// The same clusters with pod chains that walk every selecting
-		// policy (enforcer.Options.WalkPolicies), the layout before the
-		// flat stage, in the same run.
-		for _, k := range selectingK {
-			vs := ""
-			if k != selectingK[0] {
-				vs = kWalkVariant(selectingK[0])
+		for _, l := range loads {
+			name, _, _ := strings.Cut(l, "=")
+			keep[name] = true
+		}
+		variants = slices.DeleteFunc(variants, func(v variant) bool { return !keep[v.name] })
+		for i := range variants {
+			if !keep[variants[i].vs] {
+				variants[i].vs = ""
 			}
-			variants = append(variants, variant{kWalkVariant(k), program(kSnapshot(src, dst, k), false, false, true, noCNP), vs})
 		}
 	}
 
@@ -289,6 +317,9 @@ kVariants:
 		}
 		m := flood.Median(ratios)
 		fmt.Printf("%-24s %-24s %11.3fx %15.1f%%\n", v.name, v.vs, m, (1/m-1)*100)
+	}
+	if *only != "" { // the summaries below need every variant they name
+		return 0
 	}
 	if *withCNP || *cnpOnly {
 		printCNP(pps)

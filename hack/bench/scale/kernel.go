@@ -128,17 +128,21 @@ func (k *kernel) ipv4Sets() (map[string]*nftables.Set, error) {
 	return out, nil
 }
 
-// setHas reports whether an element of the IPv4 interval set s holds addr.
-// The kernel keeps such a set in an rbtree and dumps each interval as two
-// elements: its first address, and the first address after it flagged
-// as an interval end. A set keyed by ranges (pipapo) gives KeyEnd, the
-// last address, instead.
+// setHas reports whether an element of the IPv4 set s holds addr. A set
+// without intervals (a peer set of pods alone, held per address) holds
+// one address an element. The kernel keeps an interval set in an rbtree
+// and dumps each interval as two elements: its first address, and the
+// first address after it flagged as an interval end. A set keyed by
+// ranges (pipapo) gives KeyEnd, the last address, instead.
 func (k *kernel) setHas(s *nftables.Set, addr netip.Addr) (bool, error) {
 	elems, err := k.Conn.GetSetElements(s)
 	if err != nil {
 		return false, fmt.Errorf("elements of set %s: %w", s.Name, err)
 	}
 	key := addr.AsSlice()
+	if !s.Interval {
+		return slices.ContainsFunc(elems, func(e nftables.SetElement) bool { return bytes.Equal(e.Key, key) }), nil
+	}
 	type bound struct {
 		key []byte
 		end bool
