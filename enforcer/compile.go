@@ -248,6 +248,9 @@ type podChain struct {
 	flat  bool
 	use   *flatUse
 	elems []nft.Element
+	// counts: with Options.Counters, what each rule of a flat chain that
+	// counts counts, in chain order (countedRules).
+	counts []countedRule
 	// pair: the chain enters the Admin and Baseline tiers together (no
 	// NetworkPolicy isolates the pod), through this pair it holds.
 	pair *pair
@@ -590,12 +593,12 @@ func (c *Compiler) refreshPodChain(pd *pod, d direction, ch *changes) {
 		next.use = &flatUse{}
 		stage, next.elems = c.flatRules(pd, d, planFlat(pd, d, policies), policies, next.use)
 	}
-	next.chain = c.podChain(name, pd, d, selecting, stage, next.flat, tiers, next.pair, flowID)
+	next.chain, next.counts = c.podChain(name, pd, d, selecting, stage, next.flat, tiers, next.pair, flowID)
 	if old != nil {
 		old.release(c)
 	}
 	if old != nil && old.pod == pd && slices.EqualFunc(old.chain.Rules, next.chain.Rules, nft.Rule.Equal) && slices.Equal(old.elems, next.elems) {
-		old.policies, old.use, old.pair = next.policies, next.use, next.pair
+		old.policies, old.use, old.pair, old.counts = next.policies, next.use, next.pair, next.counts
 		return
 	}
 	if old == nil || !slices.Equal(old.pod.ips, pd.ips) || !slices.Equal(old.elems, next.elems) {
@@ -672,17 +675,19 @@ func baselineTierRules(pd *pod, tiers podTiers) []nft.Rule {
 	return tiers.baseline.enter(nft.Goto, "no NetworkPolicy isolates the pod: the baseline tier decides, else allowed", pd)
 }
 
-// selfRules let a pod reach itself, through a Service (see podChain).
-func (c *Compiler) selfRules(pd *pod, d direction) []nft.Rule {
+// selfRules let a pod reach itself, through a Service (see podChain),
+// each with a counter when counted.
+func (c *Compiler) selfRules(pd *pod, d direction, counted bool) []nft.Rule {
 	if c.unsettled[pd.key] != nil {
 		return nil
 	}
 	var out []nft.Rule
 	for _, ip := range pd.ips {
-		out = append(out, nft.Rule{
-			Exprs:   []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.ReversePath{}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}},
-			Comment: "a pod may always reach itself (through a Service)",
-		})
+		exprs := []nft.Expr{nft.AddrEq{Field: d.peerField, Addr: ip}, nft.ReversePath{}, nft.CtStatusDNAT{}, nft.Verdict{Kind: nft.Return}}
+		if counted {
+			exprs = slices.Insert(exprs, 3, nft.Expr(nft.Counter{}))
+		}
+		out = append(out, nft.Rule{Exprs: exprs, Comment: "a pod may always reach itself (through a Service)"})
 	}
 	return out
 }
@@ -711,8 +716,21 @@ func (c *Compiler) dropPodChain(k podChainKey, pc *podChain) {
 //
 // In the flat layout (flat), the NetworkPolicy stage is stage (flatRules)
 // in place of the jumps, and the allowed return counts what it allows.
-func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, stage []nft.Rule, flat bool, tiers podTiers, pair *pair, flowID string) *nft.Chain {
-	selfRules := c.selfRules(pd, d)
+//
+// A flat stage that accepts at once (acceptsAtOnce) leaves no bit to
+// read: the chain has no allowed return, and what it allowed is counted
+// as what reached the stage less what left it otherwise, its self rules
+// and its drop (counts, see countedRule).
+func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []string, stage []nft.Rule, flat bool, tiers podTiers, pair *pair, flowID string) (*nft.Chain, []countedRule) {
+	// An empty stage (nothing allowed) keeps the allowed return, which
+	// never matches: with Counters, the pod's allowed count is its counter.
+	atOnce := flat && acceptsAtOnce(d) && len(stage) > 0
+	countAtOnce := atOnce && c.opts.Counters
+	var counts []countedRule
+	denied := CountKey{Namespace: pd.key.namespace, Pod: pd.key.name, Direction: d.name}
+	allowed := denied
+	allowed.Allowed = true
+	selfRules := c.selfRules(pd, d, countAtOnce && tiers == (podTiers{}))
 	if tiersAlone(policyChains, pd, tiers) {
 		// The tiers alone: the pair of them, or the Baseline tier alone.
 		// Neither sets our bit, so there is none to clear.
@@ -722,7 +740,7 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		} else {
 			ch.Rules = append(ch.Rules, baselineTierRules(pd, tiers)...)
 		}
-		return ch
+		return ch, nil
 	}
 	ch := &nft.Chain{Name: name, Rules: []nft.Rule{c.clearBitsRule()}}
 	if tiers != (podTiers{}) {
@@ -733,13 +751,26 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 	}
 	ch.Rules = append(ch.Rules, c.adminTierRules(pd, tiers)...)
 	switch {
+	case atOnce:
+		if countAtOnce {
+			// What reaches the stage, counted by its first rule.
+			first := stage[0]
+			first.Exprs = append([]nft.Expr{nft.Counter{}}, first.Exprs...)
+			stage = append([]nft.Rule{first}, stage[1:]...)
+			counts = append(counts, countedRule{adds: allowed})
+			for range selfRules {
+				counts = append(counts, countedRule{takes: allowed})
+			}
+		}
+		ch.Rules = append(ch.Rules, stage...)
 	case flat:
 		ch.Rules = append(ch.Rules, stage...)
-		allowed := c.allowedReturn()
+		allowedExprs := c.allowedReturn()
 		if c.opts.Counters {
-			allowed = append([]nft.Expr{allowed[0], nft.Counter{}}, allowed[1:]...)
+			allowedExprs = append([]nft.Expr{allowedExprs[0], nft.Counter{}}, allowedExprs[1:]...)
+			counts = append(counts, countedRule{adds: allowed})
 		}
-		ch.Rules = append(ch.Rules, nft.Rule{Exprs: allowed, Comment: "allowed: clear our bits and go on"})
+		ch.Rules = append(ch.Rules, nft.Rule{Exprs: allowedExprs, Comment: "allowed: clear our bits and go on"})
 	case len(policyChains) > 0:
 		for _, pc := range policyChains {
 			ch.Rules = append(ch.Rules, nft.Rule{Exprs: []nft.Expr{nft.Verdict{Kind: nft.Jump, Chain: pc}}})
@@ -775,5 +806,11 @@ func (c *Compiler) podChain(name string, pd *pod, d direction, policyChains []st
 		Exprs:   c.podChainDrop(),
 		Comment: truncateComment(drop),
 	})
-	return ch
+	switch {
+	case countAtOnce:
+		counts = append(counts, countedRule{adds: denied, takes: allowed})
+	case flat && c.opts.Counters:
+		counts = append(counts, countedRule{adds: denied})
+	}
+	return ch, counts
 }

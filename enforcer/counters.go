@@ -92,17 +92,14 @@ func (c *Compiler) countedChains() map[string]CountKey {
 // countedRules maps the name of every tier chain of the last table to
 // what each of its rules counts, in chain order; nil without
 // Options.Counters.
-func (c *Compiler) countedRules() map[string][]CountKey {
+func (c *Compiler) countedRules() map[string][]countedRule {
 	if !c.opts.Counters {
 		return nil
 	}
-	out := make(map[string][]CountKey, len(c.groups))
-	for k, pc := range c.podChains {
-		if pc.flat { // its allowed return, then its drop
-			denied := CountKey{Namespace: k.pod.namespace, Pod: k.pod.name, Direction: k.dir}
-			allowed := denied
-			allowed.Allowed = true
-			out[pc.chain.Name] = []CountKey{allowed, denied}
+	out := make(map[string][]countedRule, len(c.groups))
+	for _, pc := range c.podChains {
+		if pc.flat { // see podChain
+			out[pc.chain.Name] = pc.counts
 		}
 	}
 	groups := slices.Collect(maps.Values(c.groups))
@@ -111,9 +108,9 @@ func (c *Compiler) countedRules() map[string][]CountKey {
 	}
 	for _, g := range groups {
 		for name, refs := range g.refs {
-			keys := make([]CountKey, len(refs))
+			keys := make([]countedRule, len(refs))
 			for i, r := range refs {
-				keys[i] = CountKey{Policy: r.Policy, Direction: r.Direction, Tier: r.Tier, Rule: r.Rule, Action: r.Action}
+				keys[i] = countedRule{adds: CountKey{Policy: r.Policy, Direction: r.Direction, Tier: r.Tier, Rule: r.Rule, Action: r.Action}}
 			}
 			out[name] = keys
 		}
@@ -130,11 +127,24 @@ func (c *Compiler) isolatedPods() int {
 	return len(pods)
 }
 
+// A countedRule is what one rule that counts counts: for adds, and
+// against takes (a zero CountKey: none). A flat pod chain whose stage
+// accepts at once (acceptsAtOnce) cannot count what it allows where it
+// is allowed, in fragment chains that pods share; it counts what reaches
+// its stage for the pod's allowed connections, and its self rules and its
+// drop take what left it otherwise back out of them.
+type countedRule struct{ adds, takes CountKey }
+
 // A ConnCounter adds up the rule counters of counted chains, read one
 // time after another, into sums that only grow while their chain is in
 // the table. It is not safe for concurrent use.
 type ConnCounter struct {
-	last   map[ruleID]uint64 // packets each rule had at the previous read
+	last map[ruleID]uint64 // packets each rule had at the previous read
+	// sums are what the rules counted for each key less what they
+	// counted against it; totals what was last returned, which never
+	// falls: a read sees one rule after another, so a packet may be
+	// counted by the drop it reached and not yet by the stage it passed.
+	sums   map[CountKey]int64
 	totals map[CountKey]uint64
 }
 
@@ -153,19 +163,20 @@ func (cc *ConnCounter) Add(chains map[string]CountKey, rc *nft.RuleCounts) map[C
 // add is Add with, beside chains that count as one, chains whose rules
 // count each for its own key (rules: by chain, a key per counted rule in
 // chain order).
-func (cc *ConnCounter) add(chains map[string]CountKey, rules map[string][]CountKey, rc *nft.RuleCounts) map[CountKey]uint64 {
+func (cc *ConnCounter) add(chains map[string]CountKey, rules map[string][]countedRule, rc *nft.RuleCounts) map[CountKey]uint64 {
 	if cc.totals == nil {
-		cc.totals = map[CountKey]uint64{}
+		cc.sums, cc.totals = map[CountKey]int64{}, map[CountKey]uint64{}
 	}
 	seen := make(map[ruleID]uint64, len(rc.Rules))
 	index := map[string]int{} // the next counted rule of each chain of rules
 	for _, r := range rc.Rules {
 		key, ok := chains[r.Chain]
+		counted := countedRule{adds: key}
 		if keys, per := rules[r.Chain]; per {
 			i := index[r.Chain]
 			index[r.Chain]++
 			if ok = i < len(keys); ok {
-				key = keys[i]
+				counted = keys[i]
 			}
 		}
 		if !ok {
@@ -176,14 +187,25 @@ func (cc *ConnCounter) add(chains map[string]CountKey, rules map[string][]CountK
 		if r.Packets < prev {
 			prev = 0 // not the rule seen before: count it whole
 		}
-		cc.totals[key] += r.Packets - prev
+		grew := int64(r.Packets - prev)
+		if counted.adds != (CountKey{}) {
+			cc.sums[counted.adds] += grew
+		}
+		if counted.takes != (CountKey{}) {
+			cc.sums[counted.takes] -= grew
+		}
 		seen[id] = r.Packets
 	}
 	cc.last = seen
 	current := make(map[CountKey]bool, len(chains))
 	note := func(key CountKey) {
+		if key == (CountKey{}) {
+			return
+		}
 		current[key] = true
-		if _, ok := cc.totals[key]; !ok {
+		if sum := cc.sums[key]; sum > 0 && uint64(sum) > cc.totals[key] {
+			cc.totals[key] = uint64(sum)
+		} else if _, ok := cc.totals[key]; !ok {
 			cc.totals[key] = 0
 		}
 	}
@@ -191,13 +213,15 @@ func (cc *ConnCounter) add(chains map[string]CountKey, rules map[string][]CountK
 		note(key)
 	}
 	for _, keys := range rules {
-		for _, key := range keys {
-			note(key)
+		for _, r := range keys {
+			note(r.adds)
+			note(r.takes)
 		}
 	}
 	for key := range cc.totals {
 		if !current[key] {
 			delete(cc.totals, key)
+			delete(cc.sums, key)
 		}
 	}
 	return maps.Clone(cc.totals)

@@ -76,11 +76,14 @@ func TestCompileCountersWalked(t *testing.T) {
 }
 
 // With Counters in the flat layout, a pod chain counts what it allowed
-// (its allowed return) and what it denied (its final drop), and nothing
-// else counts. Policy chains, which no packet walks there, keep their
-// counters (a chain is the same whichever layout its namespace uses) but
-// are not counted chains. Without its counters the table is the one
-// compiled without.
+// and what it denied, and nothing else counts. An egress chain counts its
+// allowed return and its final drop. An ingress chain, whose stage
+// accepts at once, counts what reaches its stage (its first rule) for
+// the pod's allowed connections, and its self rules and its drop against
+// them, the drop also for the denied ones. Policy chains, which no packet
+// walks there, keep their counters (a chain is the same whichever layout
+// its namespace uses) but are not counted chains. Without its counters
+// the table is the one compiled without.
 func TestCompileCountersFlat(t *testing.T) {
 	plain, _ := Compile(countersSnap, Options{Node: testNode})
 	counted, _ := Compile(countersSnap, Options{Node: testNode, Counters: true})
@@ -90,7 +93,7 @@ func TestCompileCountersFlat(t *testing.T) {
 		t.Errorf("counted chains %v in the flat layout; want none", chains)
 	}
 	rules := c.countedRules()
-	podChains := 0
+	podChains, atOnce := map[string]int{}, 0
 	for _, ch := range counted.Chains {
 		var counts []int
 		for i, r := range ch.Rules {
@@ -106,18 +109,55 @@ func TestCompileCountersFlat(t *testing.T) {
 			}
 			continue
 		}
-		podChains++
 		n := len(ch.Rules)
-		if len(counts) != 2 || counts[1] != n-1 || !slices.Contains(ch.Rules[n-1].Exprs, nft.Expr(nft.Verdict{Kind: nft.Drop})) ||
-			!slices.Contains(ch.Rules[counts[0]].Exprs, nft.Expr(nft.MarkBitsSet{Bits: c.bit})) {
-			t.Errorf("chain %s counts in rules %v; want its allowed return and its final drop", ch.Name, counts)
+		if len(counts) == 0 || len(counts) != len(keys) || counts[len(counts)-1] != n-1 || !slices.Contains(ch.Rules[n-1].Exprs, nft.Expr(nft.Verdict{Kind: nft.Drop})) {
+			t.Errorf("chain %s counts in rules %v as %+v; want a key a counted rule, the last its final drop", ch.Name, counts, keys)
+			continue
 		}
-		if len(keys) != 2 || !keys[0].Allowed || keys[1].Allowed || keys[0].Pod == "" || keys[0].Pod != keys[1].Pod {
-			t.Errorf("chain %s counts as %+v; want the pod allowed, then denied", ch.Name, keys)
+		denied := keys[len(keys)-1].adds
+		allowed := denied
+		allowed.Allowed = true
+		if denied.Pod == "" || denied.Allowed {
+			t.Errorf("chain %s: its drop counts for %+v; want the pod denied", ch.Name, denied)
+		}
+		switch dir := denied.Direction; dir {
+		case "egress":
+			podChains[dir]++
+			if len(counts) != 2 || !slices.Contains(ch.Rules[counts[0]].Exprs, nft.Expr(nft.MarkBitsSet{Bits: c.bit})) ||
+				keys[0] != (countedRule{adds: allowed}) || keys[1] != (countedRule{adds: denied}) {
+				t.Errorf("egress chain %s counts in rules %v as %+v; want its allowed return, then its drop", ch.Name, counts, keys)
+			}
+		case "ingress":
+			podChains[dir]++
+			if slices.Contains(ch.Rules[counts[0]].Exprs, nft.Expr(nft.MarkBitsSet{Bits: c.bit})) { // nothing allows: no stage
+				if len(keys) != 2 || keys[0] != (countedRule{adds: allowed}) || keys[1] != (countedRule{adds: denied}) {
+					t.Errorf("ingress chain %s with nothing allowed counts %+v; want its allowed return, then its drop", ch.Name, keys)
+				}
+				break
+			}
+			if counts[0] != 1 || keys[0] != (countedRule{adds: allowed}) {
+				t.Errorf("ingress chain %s counts %+v in rules %v; want the stage's first rule (1, after the clear) for the allowed", ch.Name, keys, counts)
+			}
+			for i, idx := range counts[1 : len(counts)-1] {
+				if !slices.Contains(ch.Rules[idx].Exprs, nft.Expr(nft.CtStatusDNAT{})) || keys[1+i] != (countedRule{takes: allowed}) {
+					t.Errorf("ingress chain %s counts rule %d (%s) as %+v; want only self rules between, against the allowed", ch.Name, idx, nft.RenderRule(ch.Rules[idx]), keys[1+i])
+				}
+			}
+			if keys[len(keys)-1] != (countedRule{adds: denied, takes: allowed}) {
+				t.Errorf("ingress chain %s: its drop counts as %+v; want for the denied, against the allowed", ch.Name, keys[len(keys)-1])
+			}
+			for _, r := range ch.Rules {
+				if slices.Contains(r.Exprs, nft.Expr(nft.MarkBitsSet{Bits: c.bit})) {
+					t.Errorf("ingress chain %s reads our bit (%s), which its stage never sets", ch.Name, nft.RenderRule(r))
+				}
+			}
+			atOnce++
+		default:
+			t.Errorf("chain %s counts for direction %q", ch.Name, dir)
 		}
 	}
-	if podChains == 0 {
-		t.Error("no flat pod chain counts")
+	if podChains["ingress"] == 0 || podChains["egress"] == 0 || atOnce == 0 {
+		t.Errorf("flat pod chains that count, by direction: %v, %d of them ingress with a stage; want some of each", podChains, atOnce)
 	}
 	if d := cmp.Diff(nft.Render(plain), nft.Render(counted)); d != "" {
 		t.Errorf("without its counters the table differs from the one compiled without (-plain +counted):\n%s", d)
@@ -231,5 +271,40 @@ func TestSyncStats(t *testing.T) {
 	}
 	if len(results) != 4 || !errors.Is(results[1], boom) {
 		t.Errorf("OnSync saw %v; want 4 syncs, the second refused", results)
+	}
+}
+
+// A flat ingress chain counts what reaches its stage for the allowed and
+// takes its drop (and self rules) back out (countedRule): the allowed sum
+// is the difference, never falls though a read sees the drop's counter
+// after the stage's (a packet between the two is in one and not yet in
+// the other), and a chain written again counts from zero, as Add's rules.
+func TestConnCounterTakesBack(t *testing.T) {
+	denied := CountKey{Namespace: "x", Pod: "a", Direction: "ingress"}
+	allowed := denied
+	allowed.Allowed = true
+	rules := map[string][]countedRule{"ingress-pod-x/a": {{adds: allowed}, {takes: allowed}, {adds: denied, takes: allowed}}}
+	read := func(stage, self, drop uint64, handle uint64) *nft.RuleCounts {
+		return &nft.RuleCounts{Table: 1, Rules: []nft.RuleCount{
+			{Chain: "ingress-pod-x/a", Handle: handle, Packets: stage},
+			{Chain: "ingress-pod-x/a", Handle: handle + 1, Packets: self},
+			{Chain: "ingress-pod-x/a", Handle: handle + 2, Packets: drop},
+		}}
+	}
+	var cc ConnCounter
+	for _, step := range []struct {
+		name                  string
+		rc                    *nft.RuleCounts
+		wantAllowed, wantDeny uint64
+	}{
+		{"first read", read(7, 1, 2, 10), 4, 2},
+		{"drops seen before their stage", read(8, 1, 5, 10), 4, 5},
+		{"the stage catches up", read(12, 1, 5, 10), 6, 5},
+		{"the chain written again", read(3, 0, 1, 20), 8, 6},
+	} {
+		got := cc.add(nil, rules, step.rc)
+		if got[allowed] != step.wantAllowed || got[denied] != step.wantDeny || len(got) != 2 {
+			t.Errorf("%s: %v; want allowed %d, denied %d", step.name, got, step.wantAllowed, step.wantDeny)
+		}
 	}
 }

@@ -37,11 +37,15 @@
 //
 // A pod chain (ingress-pod-<hash>-ns/pod) decides one direction for one
 // pod. Its NetworkPolicy stage asks a bounded number of questions, however
-// many policies select the pod (flat.go); a rule that allows sets our
-// allow bit, and back in the pod chain the bit set means allowed: our
-// bits are cleared and the packet goes on to the next check; otherwise it
-// is dropped. Policies selecting a pod are thus a union, and one
-// direction's rules can never satisfy the other direction's check.
+// many policies select the pod (flat.go). In egress, a rule that allows
+// sets our allow bit, and back in the pod chain the bit set means
+// allowed: our bits are cleared and the packet goes on to the ingress
+// check; otherwise it is dropped. Ingress is the forward chain's last
+// check, so a rule that allows there accepts at once (acceptsAtOnce): it
+// ends our chain as the return would have, and our bits, cleared when
+// the pod chain began, stay clear. Policies selecting a pod are thus a
+// union, and one direction's rules can never satisfy the other
+// direction's check.
 //
 // # Per packet
 //
@@ -54,12 +58,18 @@
 //	filter-forward      ip daddr vmap @ingress-pods-v4         hash: the pod's chain
 //	ingress-pod-…       jump ingress-ports
 //	ingress-ports       ip daddr . meta l4proto . th dport     hash: the fragment of
-//	                      vmap @ingress-ports-v4                this pod, protocol, port
-//	ingress-allow-<h>   ip saddr @peers-<h>-v4 → our bit        hash (pods alone) or
+//	                      vmap @ingress-ports-v4 (goto)         this pod, protocol, port
+//	ingress-allow-<h>   ip saddr @peers-<h>-v4 accept           hash (pods alone) or
 //	                                                            interval (ipBlocks)
-//	ingress-pod-…       ip saddr @peers-<a>-v4 → our bit        the rules without ports
-//	                    our bit? clear it, return               allowed
+//	ingress-pod-…       ip saddr @peers-<a>-v4 accept           the rules without ports
 //	                    drop
+//
+// In egress the allowing rules set our bit and return instead, and the
+// pod chain ends with `our bit? clear it, return` before its drop. The
+// ports map's elements go to the fragment chain (goto), so its return
+// lands in the pod chain at once. With Options.Counters, an ingress pod
+// chain counts what reaches its stage and what its drop and self rules
+// take back out; the difference is what it allowed (countedRule).
 //
 // Why each lookup is there:
 //

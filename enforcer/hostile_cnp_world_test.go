@@ -756,10 +756,10 @@ func hwCheckCounters(t *testing.T, c *Compiler, table *nft.Table, snap *k8s.Snap
 				diffs = append(diffs, fmt.Sprintf("%v→%v: chain %s counted rule %d of %d keys", src, dst, name, k, len(keys)))
 				continue
 			}
-			if keys[k].Tier == "" {
+			if keys[k].adds.Tier == "" {
 				continue
 			}
-			counted[keys[k].Direction] = append(counted[keys[k].Direction], keys[k])
+			counted[keys[k].adds.Direction] = append(counted[keys[k].adds.Direction], keys[k].adds)
 		}
 		e, i := ref.Decide(conn)
 		for _, side := range []struct {

@@ -127,27 +127,29 @@ func TestCheckMarkMask(t *testing.T) {
 // With a two-bit mask the allow bit is the lower one, both bits are cleared
 // when a packet leaves, and an allow bit already on a packet (a co-resident
 // sharing our bits under --allow-mark-overlap) does not let it through.
+// Egress sets and tests the bit (ingress accepts at once, acceptsAtOnce):
+// x/a may reach y alone.
 func TestWiderMaskUsesLowestBit(t *testing.T) {
 	const mask, allow = 0x0c, 0x04
-	table, _ := Compile(cluster(policy("x", "deny", denyIngress), policy("x", "from-y", selecting("a"), ingressRule(peers(nsPeer("y"))))),
+	table, _ := Compile(cluster(policy("x", "deny", denyEgress), policy("x", "to-y", selecting("a"), egressRule(peers(nsPeer("y"))))),
 		Options{Node: testNode, MarkMask: mask})
 	if !strings.Contains(nft.Render(table), fmt.Sprintf("meta mark & 0x%08x == 0x%08x", allow, allow)) {
 		t.Fatalf("the allow check does not test bit 0x%x:\n%s", allow, nft.Render(table))
 	}
-	trace := func(from string, mark uint32) nft.TraceResult {
+	trace := func(from, to string, mark uint32) nft.TraceResult {
 		t.Helper()
 		res, err := nft.Trace(table, "filter-forward", nft.Packet{
-			Src: addrOf(t, from, nft.IPv4), Dst: addrOf(t, "x/a", nft.IPv4), Proto: nft.ProtoTCP, Dport: 80, Mark: mark,
+			Src: addrOf(t, from, nft.IPv4), Dst: addrOf(t, to, nft.IPv4), Proto: nft.ProtoTCP, Dport: 80, Mark: mark,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	if res := trace("x/b", 0x4000|allow); res.Verdict != nft.Drop {
+	if res := trace("x/a", "x/b", 0x4000|allow); res.Verdict != nft.Drop {
 		t.Errorf("a preset allow bit let a denied packet through: %v", res.Path)
 	}
-	if res := trace("y/a", 0x4000|mask); res.Verdict != nft.Accept || res.Mark != 0x4000 {
+	if res := trace("x/a", "y/a", 0x4000|mask); res.Verdict != nft.Accept || res.Mark != 0x4000 {
 		t.Errorf("allowed packet: verdict %s, mark 0x%x; want accept with 0x4000 only", res.Verdict, res.Mark)
 	}
 }
