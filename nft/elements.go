@@ -2,6 +2,7 @@ package nft
 
 import (
 	"iter"
+	"net/netip"
 	"slices"
 
 	"go4.org/netipx"
@@ -108,4 +109,17 @@ func addressDiff(a, b []Element) []Element {
 		out = append(out, e.normalize())
 	}
 	return out
+}
+
+// addresses yields each address of e's range, first to last: the kernel
+// elements of one element of a set held per address (PerAddress).
+func addresses(e Element) iter.Seq[netip.Addr] {
+	return func(yield func(netip.Addr) bool) {
+		r := addrRangeOf(e)
+		for a := r.From(); a.IsValid() && !r.To().Less(a); a = a.Next() {
+			if !yield(a) || a == r.To() {
+				return
+			}
+		}
+	}
 }

@@ -155,8 +155,7 @@ func encodeList(s *Set, elems []Element) ([]nftables.SetElement, error) {
 		case s.Key.Concat():
 			out = append(out, nftables.SetElement{Key: protoPortKey(e.Addr, e.Proto, e.Port)})
 		case s.PerAddress:
-			r := addrRangeOf(e)
-			for a := r.From(); a.IsValid() && !r.To().Less(a); a = a.Next() {
+			for a := range addresses(e) {
 				out = append(out, nftables.SetElement{Key: addrBytes(a)})
 			}
 		case s.Interval:

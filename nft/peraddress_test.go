@@ -50,3 +50,26 @@ func joinRanges(elems []Element) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// TestAddressesAtTheEdges: a range's addresses, at both ends of both
+// families' spaces, each once.
+func TestAddressesAtTheEdges(t *testing.T) {
+	for _, tc := range []struct {
+		r    string
+		want int
+	}{
+		{"0.0.0.0-0.0.0.2", 3},
+		{"255.255.255.254-255.255.255.255", 2},
+		{"255.255.255.255", 1},
+		{"::-::1", 2},
+		{"ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 2},
+	} {
+		n := 0
+		for range addresses(rangeElements([]string{tc.r})[0]) {
+			n++
+		}
+		if n != tc.want {
+			t.Errorf("%s: %d addresses, want %d", tc.r, n, tc.want)
+		}
+	}
+}

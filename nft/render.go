@@ -97,8 +97,7 @@ func renderedElements(s *Set, e Element) []string {
 		return []string{renderElement(s, e)}
 	}
 	var out []string
-	r := addrRangeOf(e)
-	for a := r.From(); a.IsValid() && !r.To().Less(a); a = a.Next() {
+	for a := range addresses(e) {
 		out = append(out, a.String())
 	}
 	return out
