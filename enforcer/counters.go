@@ -233,6 +233,28 @@ type ruleCounterReader interface {
 	RuleCounters(table string, chains []string) (*nft.RuleCounts, error)
 }
 
+// countedRulesOf are the counted rules (Compiler.countedRules) of one
+// table.
+type countedRulesOf struct {
+	table *nft.Table
+	rules map[string][]countedRule
+}
+
+// keepCountedRules keeps the counted rules of the table the kernel holds
+// (last), if they are not kept yet, before the compiler moves on: a sync
+// calls it first, so that a read after its write failed knows what the
+// kernel's chains count. The compiler's state is last's while last is
+// set (see Syncer.last). syncMu held.
+func (s *Syncer) keepCountedRules() {
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if !s.opts.Counters || last == nil || s.counted.table == last {
+		return
+	}
+	s.counted = countedRulesOf{table: last, rules: s.compiler.countedRules()}
+}
+
 // errNoCounters is CountConnections without Options.Counters.
 var errNoCounters = errors.New("connection counters are off")
 
@@ -249,10 +271,32 @@ func (s *Syncer) CountConnections() (map[CountKey]uint64, error) {
 	if !ok {
 		return nil, fmt.Errorf("cannot read counters from %T", s.conn)
 	}
+	// The counted rules say what each rule counts by its place in its
+	// chain, so they are read against the table the kernel holds: the
+	// sync lock is held through the read, and after a failed write (the
+	// kernel kept the table of the last successful sync, whose chains
+	// may count otherwise than the compiler's last: a hostile review's
+	// finding) the rules of that table are used, as kept by
+	// keepCountedRules, or, if they were not kept, nothing is read and
+	// the sums stay as they were.
 	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	last, lastOK := s.last, s.lastOK
+	s.mu.Unlock()
 	chains := s.compiler.countedChains()
-	rules := s.compiler.countedRules()
-	s.syncMu.Unlock()
+	var rules map[string][]countedRule
+	switch {
+	case last != nil:
+		s.keepCountedRules()
+		rules = s.counted.rules
+	case lastOK != nil && s.counted.table == lastOK:
+		rules = s.counted.rules
+	default:
+		s.countMu.Lock()
+		defer s.countMu.Unlock()
+		return maps.Clone(s.counts.totals), nil
+	}
 	names := make([]string, 0, len(chains)+len(rules))
 	for name := range chains {
 		names = append(names, name)
