@@ -105,3 +105,46 @@ func TestKernelPerAddressSet(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelPerAddressDrift: another process's edit of a set held per
+// address is drift, whichever address it takes out or puts in, even one
+// inside a range of the model; the table as written, or loaded by nft
+// from its text, is none.
+func TestKernelPerAddressDrift(t *testing.T) {
+	ns, c := openTestNS(t)
+	table := perAddressTable([]string{"10.0.0.1-10.0.0.3", "10.0.0.7"}, []string{"fd00::1-fd00::2"})
+	for _, step := range []struct {
+		name   string
+		nft    string
+		wanted string // "" no drift, else a part of the description
+	}{
+		{"as programmed", "", ""},
+		{"loaded by nft from the text", "-f -", ""},
+		{"an address inside a range taken out", "delete element inet nftpolicy pods { 10.0.0.2 }", "10.0.0.2"},
+		{"an address next to a range put in", "add element inet nftpolicy pods { 10.0.0.4 }", "10.0.0.4"},
+		{"an IPv6 address taken out", "delete element inet nftpolicy pods6 { fd00::2 }", "fd00::2"},
+		{"the set made an interval set", "flush chain inet nftpolicy filter-forward\ndelete set inet nftpolicy pods\n" +
+			"add set inet nftpolicy pods { type ipv4_addr; flags interval; comment \"pods\"; elements = { 10.0.0.1-10.0.0.3, 10.0.0.7 } }\n" +
+			"add rule inet nftpolicy filter-forward ip saddr @pods accept\nadd rule inet nftpolicy filter-forward ip6 saddr @pods6 accept", "set pods has flags"},
+	} {
+		if _, err := c.Apply(table); err != nil {
+			t.Fatal(err)
+		}
+		switch step.nft {
+		case "":
+		case "-f -":
+			testns.Nft(t, ns, Render(table), "-f", "-")
+		default:
+			testns.Nft(t, ns, step.nft, "-f", "-")
+		}
+		got, err := c.Drift(table)
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", step.name, err)
+		case step.wanted == "" && got != "":
+			t.Errorf("%s: drift %q, want none", step.name, got)
+		case step.wanted != "" && !strings.Contains(got, step.wanted):
+			t.Errorf("%s: drift %q, want one naming %q", step.name, got, step.wanted)
+		}
+	}
+}
