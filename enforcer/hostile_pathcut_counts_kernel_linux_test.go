@@ -64,10 +64,14 @@ type pcCountWorld struct {
 	nodeN string
 }
 
-func newPCCountWorld(t *testing.T) *pcCountWorld {
+// pcNode is a cluster of one node, n1, with the pods named by keys
+// ("ns/name") on it, and the snapshot its manifests load to; the cluster
+// is closed when the test ends.
+func pcNode(t *testing.T, opts netns.Options, keys ...string) (*netns.Cluster, *netns.Node, map[string]*netns.Pod, *k8s.Snapshot) {
 	t.Helper()
 	testns.RequireRoot(t, "ip", "nft")
-	cl, err := netns.NewCluster(netns.Options{Name: "nftpc", TCPPorts: []int{80}, Timeout: 400 * time.Millisecond})
+	opts.Timeout = 400 * time.Millisecond
+	cl, err := netns.NewCluster(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,20 +80,27 @@ func newPCCountWorld(t *testing.T) *pcCountWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &pcCountWorld{cl: cl, pods: map[string]*netns.Pod{}, nodeN: node.Name()}
-	for _, k := range []string{"x/a", "x/b", "x/c"} {
+	pods := map[string]*netns.Pod{}
+	for _, k := range keys {
 		nsName, name, _ := strings.Cut(k, "/")
 		p, err := cl.AddPod(node, nsName, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.pods[k] = p
+		pods[k] = p
 	}
 	base, objErrs, err := k8s.LoadFS(fstest.MapFS{"cluster.yaml": {Data: []byte(cl.Manifests())}})
 	if err != nil || len(objErrs) > 0 {
 		t.Fatal(err, objErrs)
 	}
-	w.base = base
+	return cl, node, pods, base
+}
+
+func newPCCountWorld(t *testing.T) *pcCountWorld {
+	t.Helper()
+	cl, node, pods, base := pcNode(t, netns.Options{Name: "nftpc", TCPPorts: []int{80}}, "x/a", "x/b", "x/c")
+	w := &pcCountWorld{cl: cl, pods: pods, nodeN: node.Name(), base: base}
+	var err error
 	w.conn, err = nft.Open(node.NetnsPath())
 	if err != nil {
 		t.Fatal(err)
@@ -242,29 +253,7 @@ func pcOutcomes(ok ...bool) (allowed, denied uint64) {
 // nothing back (a denied or hairpinned connection counted allowed), or a
 // self rule counted as denied.
 func TestHostilePathcutCountsTiersAndHairpin(t *testing.T) {
-	testns.RequireRoot(t, "ip", "nft")
-	cl, err := netns.NewCluster(netns.Options{Name: "nftpt", IPv4: true, TCPPorts: []int{80, 81}, Timeout: 400 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	node, err := cl.AddNode("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods := map[string]*netns.Pod{}
-	for _, k := range []string{"x/a", "x/b", "x/c", "y/d"} {
-		nsName, name, _ := strings.Cut(k, "/")
-		p, err := cl.AddPod(node, nsName, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[k] = p
-	}
-	base, objErrs, err := k8s.LoadFS(fstest.MapFS{"cluster.yaml": {Data: []byte(cl.Manifests())}})
-	if err != nil || len(objErrs) > 0 {
-		t.Fatal(err, objErrs)
-	}
+	cl, node, pods, base := pcNode(t, netns.Options{Name: "nftpt", IPv4: true, TCPPorts: []int{80, 81}}, "x/a", "x/b", "x/c", "y/d")
 	snap := *base
 	snap.Policies = []*networkingv1.NetworkPolicy{policy("x", "a-in", selecting("a"), ingressRule(peers(podPeer("b")), port(tcp, 80)))}
 	withCluster(&snap, admin("guard", 10, subjectPod("x", "a"),

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/nftpolicy/nftpolicy/internal/netns"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
-	"github.com/nftpolicy/nftpolicy/k8s"
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
@@ -37,29 +35,7 @@ import (
 // without clearing it first, an accept that leaves our bit set (a goto
 // landing where the clear is skipped), or a clear wider than the mask.
 func TestHostilePathcutMarksKernel(t *testing.T) {
-	testns.RequireRoot(t, "ip", "nft")
-	cl, err := netns.NewCluster(netns.Options{Name: "nftpm", TCPPorts: []int{80, 81}, Timeout: 400 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	node, err := cl.AddNode("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods := map[string]*netns.Pod{}
-	for _, k := range []string{"x/a", "x/b", "x/c", "y/d"} {
-		nsName, name, _ := strings.Cut(k, "/")
-		p, err := cl.AddPod(node, nsName, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[k] = p
-	}
-	base, objErrs, err := k8s.LoadFS(fstest.MapFS{"cluster.yaml": {Data: []byte(cl.Manifests())}})
-	if err != nil || len(objErrs) > 0 {
-		t.Fatal(err, objErrs)
-	}
+	cl, node, pods, base := pcNode(t, netns.Options{Name: "nftpm", TCPPorts: []int{80, 81}}, "x/a", "x/b", "x/c", "y/d")
 	snap := *base
 	egress := types(networkingv1.PolicyTypeEgress)
 	snap.Policies = []*networkingv1.NetworkPolicy{

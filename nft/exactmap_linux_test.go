@@ -78,25 +78,7 @@ func TestKernelExactMapDrift(t *testing.T) {
 			"add rule inet nftpolicy filter-forward meta mark & 0x00000001 == 0x00000001 accept",
 			"chain filter-forward rule 0 (ip daddr . meta l4proto . th dport vmap @e4): expression 4 is byteorder in the kernel, programmed payload"},
 	} {
-		if _, err := c.Apply(table); err != nil {
-			t.Fatal(err)
-		}
-		switch step.nft {
-		case "":
-		case "-f -":
-			testns.Nft(t, ns, Render(table), "-f", "-")
-		default:
-			testns.Nft(t, ns, step.nft, "-f", "-")
-		}
-		got, err := c.Drift(table)
-		switch {
-		case err != nil:
-			t.Errorf("%s: %v", step.name, err)
-		case step.wanted == "" && got != "":
-			t.Errorf("%s: drift %q, want none", step.name, got)
-		case step.wanted != "" && !strings.Contains(got, step.wanted):
-			t.Errorf("%s: drift %q, want one with %q", step.name, got, step.wanted)
-		}
+		checkDriftAfter(t, ns, c, table, step.name, step.nft, step.wanted)
 	}
 }
 

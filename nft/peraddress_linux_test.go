@@ -127,24 +127,6 @@ func TestKernelPerAddressDrift(t *testing.T) {
 			"add set inet nftpolicy pods { type ipv4_addr; flags interval; comment \"pods\"; elements = { 10.0.0.1-10.0.0.3, 10.0.0.7 } }\n" +
 			"add rule inet nftpolicy filter-forward ip saddr @pods accept\nadd rule inet nftpolicy filter-forward ip6 saddr @pods6 accept", "set pods has flags"},
 	} {
-		if _, err := c.Apply(table); err != nil {
-			t.Fatal(err)
-		}
-		switch step.nft {
-		case "":
-		case "-f -":
-			testns.Nft(t, ns, Render(table), "-f", "-")
-		default:
-			testns.Nft(t, ns, step.nft, "-f", "-")
-		}
-		got, err := c.Drift(table)
-		switch {
-		case err != nil:
-			t.Errorf("%s: %v", step.name, err)
-		case step.wanted == "" && got != "":
-			t.Errorf("%s: drift %q, want none", step.name, got)
-		case step.wanted != "" && !strings.Contains(got, step.wanted):
-			t.Errorf("%s: drift %q, want one naming %q", step.name, got, step.wanted)
-		}
+		checkDriftAfter(t, ns, c, table, step.name, step.nft, step.wanted)
 	}
 }

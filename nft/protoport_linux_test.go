@@ -68,15 +68,7 @@ func TestKernelProtoPortMapDrift(t *testing.T) {
 		case step.nft != "":
 			testns.Nft(t, ns, step.nft, "-f", "-")
 		}
-		got, err := c.Drift(table)
-		switch {
-		case err != nil:
-			t.Errorf("%s: %v", step.name, err)
-		case step.wanted == "" && got != "":
-			t.Errorf("%s: drift %q, want none", step.name, got)
-		case step.wanted != "" && !strings.Contains(got, step.wanted):
-			t.Errorf("%s: drift %q, want one with %q", step.name, got, step.wanted)
-		}
+		checkDrift(t, c, table, step.name, step.wanted)
 	}
 }
 

@@ -264,3 +264,36 @@ func TestKernelUpdateAt(t *testing.T) {
 		t.Errorf("Drift after UpdateAt unchecked = %q, %v; want none", d, err)
 	}
 }
+
+// checkDrift holds what Drift says of table to wanted: "" no drift, else
+// a part of its description; what names the step in failures.
+func checkDrift(t *testing.T, c *Conn, table *Table, what, wanted string) {
+	t.Helper()
+	got, err := c.Drift(table)
+	switch {
+	case err != nil:
+		t.Errorf("%s: %v", what, err)
+	case wanted == "" && got != "":
+		t.Errorf("%s: drift %q, want none", what, got)
+	case wanted != "" && !strings.Contains(got, wanted):
+		t.Errorf("%s: drift %q, want one with %q", what, got, wanted)
+	}
+}
+
+// checkDriftAfter programs table, has nft run edit in the namespace ns
+// ("" nothing; "-f -" load the table's own rendering) and checks what
+// Drift then says (checkDrift).
+func checkDriftAfter(t *testing.T, ns string, c *Conn, table *Table, what, edit, wanted string) {
+	t.Helper()
+	if _, err := c.Apply(table); err != nil {
+		t.Fatal(err)
+	}
+	switch edit {
+	case "":
+	case "-f -":
+		testns.Nft(t, ns, Render(table), "-f", "-")
+	default:
+		testns.Nft(t, ns, edit, "-f", "-")
+	}
+	checkDrift(t, c, table, what, wanted)
+}
