@@ -97,7 +97,11 @@
 //     ranges on the bench machine, the largest single cost of the path
 //     before (hack/bench/pps, docs/performance.md). Which kind a set is
 //     follows from its peer list alone, so it never changes under its
-//     name;
+//     name. The price (docs/performance.md, "Round four"): a hash set's
+//     kernel struct is twice an interval set's, which slows the kernel's
+//     walk of its sets by name when the table is written whole, and a
+//     list whose pods hold long runs of consecutive addresses costs an
+//     element a pod where intervals cost two a run;
 //   - the peers of rules without ports (every protocol and port) are one
 //     more union, asked in the pod chain;
 //   - an egress rule on a named port is the one question that is not
