@@ -103,6 +103,11 @@ func addressDiff(a, b []Element) []Element {
 		sb.RemoveRange(addrRangeOf(e))
 	}
 	set, _ := sb.IPSet() // only fails for invalid ranges, which Validate refuses
+	return elementsOf(set)
+}
+
+// elementsOf is set's ranges as elements, sorted and merged.
+func elementsOf(set *netipx.IPSet) []Element {
 	var out []Element
 	for _, r := range set.Ranges() {
 		e := Element{Addr: r.From(), Last: r.To()}
@@ -116,7 +121,10 @@ func addressDiff(a, b []Element) []Element {
 func addresses(e Element) iter.Seq[netip.Addr] {
 	return func(yield func(netip.Addr) bool) {
 		r := addrRangeOf(e)
-		for a := r.From(); a.IsValid() && !r.To().Less(a); a = a.Next() {
+		if !r.IsValid() {
+			return // Validate refuses it
+		}
+		for a := r.From(); ; a = a.Next() {
 			if !yield(a) || a == r.To() {
 				return
 			}

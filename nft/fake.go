@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"go4.org/netipx"
 )
 
 // A Fake is nf_tables in memory, for tests that need a kernel but not
@@ -239,7 +241,7 @@ func (f *Fake) applyLocked(t *Table, gen uint32) (BatchStats, error) {
 	st := BatchStats{Full: true, Messages: 3, ChainsWritten: len(t.Chains), Generation: f.gen}
 	for _, s := range t.Sets {
 		st.Messages++
-		st.ElementsAdded += s.Len()
+		st.ElementsAdded += kernelLen(s, s.List())
 	}
 	for _, c := range t.Chains {
 		st.Messages += 1 + len(c.Rules)
@@ -289,15 +291,28 @@ func applyDelta(old *Table, d *Delta) (*Table, BatchStats, error) {
 		}
 		t.Sets = append(t.Sets, cloneSet(s))
 		st.Messages++
-		st.ElementsAdded += s.Len()
+		st.ElementsAdded += kernelLen(s, s.List())
 	}
 	for _, u := range d.UpdateSets {
 		i := set(u.New.Name)
 		if i < 0 {
 			return nil, st, fmt.Errorf("set %s: %w", u.New.Name, syscall.ENOENT)
 		}
-		gone, came := u.changes()
 		s := t.Sets[i]
+		if s.PerAddress {
+			// As the kernel holds it: an element an address.
+			gone, came := u.kernelChanges()
+			held, err := applyAddressChanges(s, gone, came)
+			if err != nil {
+				return nil, st, err
+			}
+			s.Elements = held
+			st.Messages += min(len(gone), 1) + min(len(came), 1)
+			st.ElementsDeleted += kernelLen(s, gone)
+			st.ElementsAdded += kernelLen(s, came)
+			continue
+		}
+		gone, came := u.changes()
 		for _, e := range gone {
 			j := slices.IndexFunc(s.Elements, func(x Element) bool { return x.normalize() == e.normalize() })
 			if j < 0 {
@@ -355,6 +370,43 @@ func applyDelta(old *Table, d *Delta) (*Table, BatchStats, error) {
 		st.Messages += 2
 	}
 	return t, st, nil
+}
+
+// kernelLen is how many kernel elements elems of s are: an address each
+// in a set held per address, else one each.
+func kernelLen(s *Set, elems []Element) int {
+	if !s.PerAddress {
+		return len(elems)
+	}
+	n := 0
+	for _, e := range elems {
+		for range addresses(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// applyAddressChanges is s's ranges with the addresses of gone taken out
+// and those of came put in, as the kernel's per-address elements change;
+// deleting an address s does not hold is ENOENT, as in the kernel.
+func applyAddressChanges(s *Set, gone, came []Element) ([]Element, error) {
+	var b netipx.IPSetBuilder
+	for _, e := range s.Elements {
+		b.AddRange(addrRangeOf(e))
+	}
+	held, _ := b.IPSet() // ranges Validate accepted
+	for _, e := range gone {
+		if !held.ContainsRange(addrRangeOf(e)) {
+			return nil, fmt.Errorf("set %s: delete element %s: %w", s.Name, renderAddrRange(e), syscall.ENOENT)
+		}
+		b.RemoveRange(addrRangeOf(e))
+	}
+	for _, e := range came {
+		b.AddRange(addrRangeOf(e))
+	}
+	next, _ := b.IPSet()
+	return elementsOf(next), nil
 }
 
 // referrer names what in t refers to the chain or set name (kind), or

@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -12,35 +11,6 @@ import (
 
 // Kernel tests of sets held per address (Set.PerAddress): ranges in the
 // model, one kernel element per address in a set without intervals.
-
-// perAddressTable is a table whose sets pods (IPv4) and pods6 hold the
-// given ranges ("a" or "a-b") per address, looked up by source address.
-func perAddressTable(v4, v6 []string) *Table {
-	set := func(name string, key KeyType, ranges []string) *Set {
-		s := &Set{Name: name, Comment: "pods", Key: key, PerAddress: true}
-		s.Elements = rangeElements(ranges)
-		return s
-	}
-	return &Table{Family: FamilyInet, Name: "nftpolicy", Sets: []*Set{set("pods", KeyIPv4, v4), set("pods6", KeyIPv6, v6)}, Chains: []*Chain{
-		{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Policy: Accept}, Rules: []Rule{
-			{Exprs: []Expr{AddrInSet{Family: IPv4, Field: Saddr, Set: "pods"}, Verdict{Kind: Accept}}},
-			{Exprs: []Expr{AddrInSet{Family: IPv6, Field: Saddr, Set: "pods6"}, Verdict{Kind: Accept}}},
-		}},
-	}}
-}
-
-func rangeElements(ranges []string) []Element {
-	var out []Element
-	for _, r := range ranges {
-		first, last, isRange := strings.Cut(r, "-")
-		e := Element{Addr: netip.MustParseAddr(first)}
-		if isRange {
-			e.Last = netip.MustParseAddr(last)
-		}
-		out = append(out, e)
-	}
-	return out
-}
 
 // TestKernelPerAddressSet: a set held per address is written as one
 // element an address into a set without intervals, lists as nft -f of its

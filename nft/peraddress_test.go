@@ -1,9 +1,41 @@
 package nft
 
 import (
+	"errors"
+	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 )
+
+// perAddressTable is a table whose sets pods (IPv4) and pods6 hold the
+// given ranges ("a" or "a-b") per address, looked up by source address.
+func perAddressTable(v4, v6 []string) *Table {
+	set := func(name string, key KeyType, ranges []string) *Set {
+		s := &Set{Name: name, Comment: "pods", Key: key, PerAddress: true}
+		s.Elements = rangeElements(ranges)
+		return s
+	}
+	return &Table{Family: FamilyInet, Name: "nftpolicy", Sets: []*Set{set("pods", KeyIPv4, v4), set("pods6", KeyIPv6, v6)}, Chains: []*Chain{
+		{Name: "filter-forward", Hook: &Hook{Type: "filter", Hook: "forward", Policy: Accept}, Rules: []Rule{
+			{Exprs: []Expr{AddrInSet{Family: IPv4, Field: Saddr, Set: "pods"}, Verdict{Kind: Accept}}},
+			{Exprs: []Expr{AddrInSet{Family: IPv6, Field: Saddr, Set: "pods6"}, Verdict{Kind: Accept}}},
+		}},
+	}}
+}
+
+func rangeElements(ranges []string) []Element {
+	var out []Element
+	for _, r := range ranges {
+		first, last, isRange := strings.Cut(r, "-")
+		e := Element{Addr: netip.MustParseAddr(first)}
+		if isRange {
+			e.Last = netip.MustParseAddr(last)
+		}
+		out = append(out, e)
+	}
+	return out
+}
 
 // TestValidatePerAddress: a set held per address is a plain address set
 // of sorted ranges that do not overlap, as an interval set's.
@@ -71,5 +103,52 @@ func TestAddressesAtTheEdges(t *testing.T) {
 		if n != tc.want {
 			t.Errorf("%s: %d addresses, want %d", tc.r, n, tc.want)
 		}
+	}
+}
+
+// TestFakePerAddressSet: the Fake holds a set held per address as the
+// kernel does (TestKernelPerAddressSet, the same steps): it deletes and
+// adds addresses, counts them so, and refuses to delete one it does not
+// hold, changing nothing.
+func TestFakePerAddressSet(t *testing.T) {
+	old := perAddressTable([]string{"10.0.0.1-10.0.0.3", "10.0.0.7"}, []string{"fd00::1-fd00::2"})
+	next := perAddressTable([]string{"10.0.0.1", "10.0.0.3-10.0.0.4"}, []string{"fd00::1-fd00::2"})
+	f := NewFake()
+	st, err := f.ApplyAt(old, 0)
+	if err != nil || st.ElementsAdded != 6 {
+		t.Fatalf("apply: %+v, %v; want 6 elements for 6 addresses", st, err)
+	}
+	exact := &Delta{UpdateSets: []SetUpdate{{Old: old.Sets[0], New: next.Sets[0], Exact: true,
+		Removed: rangeElements([]string{"10.0.0.1-10.0.0.3", "10.0.0.7"}),
+		Added:   rangeElements([]string{"10.0.0.1", "10.0.0.3-10.0.0.4"})}}}
+	for _, step := range []struct {
+		name          string
+		to            *Table
+		delta         *Delta
+		deleted, adds int
+	}{
+		{"exact patch", next, exact, 2, 1},
+		{"compared back", old, Diff(next, old), 1, 2},
+		{"compared again", next, Diff(old, next), 2, 1},
+	} {
+		st, err := f.WriteDeltaAt(step.delta, step.to, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if st.ElementsDeleted != step.deleted || st.ElementsAdded != step.adds {
+			t.Errorf("%s: %+v, want %d elements deleted and %d added", step.name, st, step.deleted, step.adds)
+		}
+		if d, err := f.Drift(step.to); err != nil || d != "" {
+			t.Errorf("%s: drift %q, %v", step.name, d, err)
+		}
+	}
+	before := f.Dump()
+	missing := &Delta{UpdateSets: []SetUpdate{{Old: next.Sets[0], New: next.Sets[0], Exact: true,
+		Removed: []Element{{Addr: netip.MustParseAddr("10.0.0.2")}}}}}
+	if _, err := f.WriteDeltaAt(missing, next, 0); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("deleting an address the set does not hold: %v, want ENOENT", err)
+	}
+	if f.Dump() != before {
+		t.Error("a refused batch changed the table")
 	}
 }
