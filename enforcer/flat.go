@@ -269,13 +269,22 @@ func (c *Compiler) unionRules(d direction, keys []string) []nft.Rule {
 // (hack/bench/pps). Egress must return for ingress to be checked.
 func acceptsAtOnce(d direction) bool { return d == ingress }
 
-// fragmentAllows ends a fragment chain's rule that allows in d: accept,
-// or set our bit and return to the pod chain (acceptsAtOnce).
+// allows is what a rule of d's flat stage does with what it allows:
+// accept, or set our bit for the pod chain to read (acceptsAtOnce).
+func (c *Compiler) allows(d direction) nft.Expr {
+	if acceptsAtOnce(d) {
+		return nft.Verdict{Kind: nft.Accept}
+	}
+	return nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}
+}
+
+// fragmentAllows ends a fragment chain's rule that allows in d: allows,
+// and a return to the pod chain where the bit is to be read there.
 func (c *Compiler) fragmentAllows(d direction) []nft.Expr {
 	if acceptsAtOnce(d) {
-		return []nft.Expr{nft.Verdict{Kind: nft.Accept}}
+		return []nft.Expr{c.allows(d)}
 	}
-	return []nft.Expr{nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}, nft.Verdict{Kind: nft.Return}}
+	return []nft.Expr{c.allows(d), nft.Verdict{Kind: nft.Return}}
 }
 
 // releaseAllowChain drops one user of the fragment chain k; the last one
@@ -336,12 +345,9 @@ func (c *Compiler) releaseUnion(ukey string) {
 // number of policies, and the elements pd gives the ports maps. use
 // collects what the rules hold.
 func (c *Compiler) flatRules(pd *pod, d direction, plan *flatPlan, policies []*policyState, use *flatUse) ([]nft.Rule, []nft.Element) {
-	var setBit nft.Expr = nft.SetMark{Clear: c.opts.MarkMask, Set: c.bit}
-	if acceptsAtOnce(d) {
-		setBit = nft.Verdict{Kind: nft.Accept}
-	}
+	allows := c.allows(d)
 	if plan.anyAll {
-		return []nft.Rule{{Exprs: []nft.Expr{setBit}, Comment: "a rule allows every peer on every port"}}, nil
+		return []nft.Rule{{Exprs: []nft.Expr{allows}, Comment: "a rule allows every peer on every port"}}, nil
 	}
 	var rules []nft.Rule
 	var elems []nft.Element
@@ -383,7 +389,7 @@ func (c *Compiler) flatRules(pd *pod, d direction, plan *flatPlan, policies []*p
 			if nc.key != "" {
 				exprs = append(exprs, nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(nc.key, f)})
 			}
-			exprs = append(exprs, nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(nc.use, f)}, setBit)
+			exprs = append(exprs, nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(nc.use, f)}, allows)
 			rules = append(rules, nft.Rule{Exprs: exprs, Comment: truncateComment("named port " + nc.use.name + " of the destination")})
 		}
 	}
@@ -392,7 +398,7 @@ func (c *Compiler) flatRules(pd *pod, d direction, plan *flatPlan, policies []*p
 		c.acquireUnion(plan, plan.anyKeys, ukey, use)
 		for _, f := range families {
 			rules = append(rules, nft.Rule{
-				Exprs:   []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(ukey, f)}, setBit},
+				Exprs:   []nft.Expr{nft.AddrInSet{Family: f, Field: d.peerField, Set: c.peersSetName(ukey, f)}, allows},
 				Comment: "allowed on every port",
 			})
 		}

@@ -156,8 +156,8 @@ func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 
 // peerSets are the addresses a peer list allows, as one set per family:
 // sorted, merged ranges, held per address in the kernel unless an ipBlock
-// of the family makes it an interval set (peersPerAddress). Their users are the rules of active policies matching against
-// them.
+// of the family makes it an interval set (peersPerAddress). Their users
+// are the rules of active policies matching against them.
 type peerSets struct {
 	key    string
 	parsed *parsedPeers
