@@ -70,14 +70,20 @@ func (c *Compiler) countedChains() map[string]CountKey {
 	if !c.opts.Counters {
 		return nil
 	}
-	out := make(map[string]CountKey, len(c.policies)+len(c.podChains))
-	for _, p := range c.policies {
-		if !p.active || c.flatLayout(p.key.namespace) {
-			continue // no packet walks its chains: its pods' flat chains count
-		}
-		for _, d := range directions {
-			if ch := p.chains[d.i]; ch != nil {
-				out[ch.Name] = CountKey{Namespace: p.key.namespace, Policy: p.key.name, Direction: d.name}
+	// Only where pod chains may walk do policy chains count: with
+	// WalkPolicies, or in a namespace with flow logs. Else the policies
+	// are not asked at all, as every sync keeps this map (keepCounted).
+	walks := c.opts.WalkPolicies || (c.opts.FlowLog.Group != 0 && (c.opts.FlowLog.All || len(c.flowNS) > 0))
+	out := make(map[string]CountKey, len(c.podChains))
+	if walks {
+		for _, p := range c.policies {
+			if !p.active || c.flatLayout(p.key.namespace) {
+				continue // no packet walks its chains: its pods' flat chains count
+			}
+			for _, d := range directions {
+				if ch := p.chains[d.i]; ch != nil {
+					out[ch.Name] = CountKey{Namespace: p.key.namespace, Policy: p.key.name, Direction: d.name}
+				}
 			}
 		}
 	}
@@ -233,26 +239,27 @@ type ruleCounterReader interface {
 	RuleCounters(table string, chains []string) (*nft.RuleCounts, error)
 }
 
-// countedRulesOf are the counted rules (Compiler.countedRules) of one
-// table.
-type countedRulesOf struct {
-	table *nft.Table
-	rules map[string][]countedRule
+// countedOf are what the chains and rules of one table count
+// (Compiler.countedChains, Compiler.countedRules).
+type countedOf struct {
+	table  *nft.Table
+	chains map[string]CountKey
+	rules  map[string][]countedRule
 }
 
-// keepCountedRules keeps the counted rules of the table the kernel holds
-// (last), if they are not kept yet, before the compiler moves on: a sync
-// calls it first, so that a read after its write failed knows what the
-// kernel's chains count. The compiler's state is last's while last is
-// set (see Syncer.last). syncMu held.
-func (s *Syncer) keepCountedRules() {
+// keepCounted keeps what the chains and rules of the table the kernel
+// holds (last) count, if that is not kept yet, before the compiler moves
+// on: a sync calls it first, so that a read after its write failed knows
+// what the kernel's chains count. The compiler's state is last's while
+// last is set (see Syncer.last). syncMu held.
+func (s *Syncer) keepCounted() {
 	s.mu.Lock()
 	last := s.last
 	s.mu.Unlock()
 	if !s.opts.Counters || last == nil || s.counted.table == last {
 		return
 	}
-	s.counted = countedRulesOf{table: last, rules: s.compiler.countedRules()}
+	s.counted = countedOf{table: last, chains: s.compiler.countedChains(), rules: s.compiler.countedRules()}
 }
 
 // errNoCounters is CountConnections without Options.Counters.
@@ -272,31 +279,28 @@ func (s *Syncer) CountConnections() (map[CountKey]uint64, error) {
 		return nil, fmt.Errorf("cannot read counters from %T", s.conn)
 	}
 	// The counted rules say what each rule counts by its place in its
-	// chain, so they are read against the table the kernel holds: the
-	// sync lock is held through the read, and after a failed write (the
-	// kernel kept the table of the last successful sync, whose chains
-	// may count otherwise than the compiler's last: a hostile review's
-	// finding) the rules of that table are used, as kept by
-	// keepCountedRules, or, if they were not kept, nothing is read and
-	// the sums stay as they were.
+	// chain, and the counted chains which chains count, so both are read
+	// against the table the kernel holds: the sync lock is held through
+	// the read, and after a failed write (the kernel kept the table of
+	// the last successful sync, whose chains may count otherwise than the
+	// compiler's last: two hostile reviews' findings) those of that
+	// table are used, as keepCounted kept them, or, if they were not
+	// kept, nothing is read and the sums stay as they were.
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	s.mu.Lock()
 	last, lastOK := s.last, s.lastOK
 	s.mu.Unlock()
-	chains := s.compiler.countedChains()
-	var rules map[string][]countedRule
 	switch {
 	case last != nil:
-		s.keepCountedRules()
-		rules = s.counted.rules
+		s.keepCounted()
 	case lastOK != nil && s.counted.table == lastOK:
-		rules = s.counted.rules
 	default:
 		s.countMu.Lock()
 		defer s.countMu.Unlock()
 		return maps.Clone(s.counts.totals), nil
 	}
+	chains, rules := s.counted.chains, s.counted.rules
 	names := make([]string, 0, len(chains)+len(rules))
 	for name := range chains {
 		names = append(names, name)

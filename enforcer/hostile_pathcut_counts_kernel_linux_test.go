@@ -158,7 +158,7 @@ func (w *pcCountWorld) counted(t *testing.T) (allowed, denied uint64) {
 // 565cca0 CountConnections took the shape from the compiler's last
 // compile, not from the table the kernel holds, and this failed (a
 // denied connection counted as allowed, or two lost). It now reads with
-// the rules of the table the kernel holds (keepCountedRules).
+// the rules of the table the kernel holds (keepCounted).
 func TestHostilePathcutCountsRefusedEdit(t *testing.T) {
 	w := newPCCountWorld(t)
 	fromB := policy("x", "p", selecting("a"), ingressRule(peers(podPeer("b")), port(tcp, 80)))

@@ -62,9 +62,9 @@ type Syncer struct {
 	isolated    int // local pods isolated at the last successful sync
 	onSync      func(SyncResult, error)
 
-	countMu sync.Mutex     // held by CountConnections
-	counts  ConnCounter    // countMu held
-	counted countedRulesOf // of the table the kernel held at the last sync or read; syncMu held
+	countMu sync.Mutex  // held by CountConnections
+	counts  ConnCounter // countMu held
+	counted countedOf   // of the table the kernel held at the last sync or read; syncMu held
 }
 
 // NewSyncer returns a Syncer writing through conn. The priority of its
@@ -127,7 +127,7 @@ func (s *Syncer) sync(snap *k8s.Snapshot) (SyncResult, error) {
 	if err := s.claim(); err != nil {
 		return SyncResult{}, err
 	}
-	s.keepCountedRules()
+	s.keepCounted()
 	prio, _, err := s.forwardPriority(false)
 	if err != nil {
 		return SyncResult{}, err
