@@ -92,9 +92,12 @@ func sameElementsSlow(a, b *Set) bool {
 // a are its ranges gone and b its ranges come, or gains the other way
 // round.
 func addressDiff(a, b []Element) []Element {
-	if len(a) == 0 || len(b) == 0 {
+	if len(a) == 0 {
 		return a
 	}
+	// Through an IPSet even when b is empty: ranges of a that overlap
+	// (an exact patch's own removals, say) come out merged, so that no
+	// address is sent twice, which the kernel refuses (ENOENT).
 	var sb netipx.IPSetBuilder
 	for _, e := range a {
 		sb.AddRange(addrRangeOf(e))

@@ -37,6 +37,10 @@ import (
 // forward chain, and DeleteNetns the namespace going away. Dump prints
 // what the Fake holds.
 //
+// Its BatchStats count elements as the kernel does (an address each in a
+// set held per address) but messages only roughly: one a set and one a
+// side of an update, where the writer sends 512 elements a message.
+//
 // A Fake is safe for concurrent use.
 type Fake struct {
 	mu        sync.Mutex
@@ -395,9 +399,10 @@ func applyAddressChanges(s *Set, gone, came []Element) ([]Element, error) {
 	for _, e := range s.Elements {
 		b.AddRange(addrRangeOf(e))
 	}
-	held, _ := b.IPSet() // ranges Validate accepted
 	for _, e := range gone {
-		if !held.ContainsRange(addrRangeOf(e)) {
+		// What this batch deleted already is not held any more: the
+		// kernel refuses an address deleted twice.
+		if held, _ := b.IPSet(); !held.ContainsRange(addrRangeOf(e)) {
 			return nil, fmt.Errorf("set %s: delete element %s: %w", s.Name, renderAddrRange(e), syscall.ENOENT)
 		}
 		b.RemoveRange(addrRangeOf(e))
