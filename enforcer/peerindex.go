@@ -106,17 +106,17 @@ func (x *peerIndex) remove(e *peerSets) {
 	}
 }
 
-func addTo(m *map[string]map[*peerSets]bool, k string, e *peerSets) {
+func addTo[V comparable](m *map[string]map[V]bool, k string, e V) {
 	if *m == nil {
-		*m = map[string]map[*peerSets]bool{}
+		*m = map[string]map[V]bool{}
 	}
 	if (*m)[k] == nil {
-		(*m)[k] = map[*peerSets]bool{}
+		(*m)[k] = map[V]bool{}
 	}
 	(*m)[k][e] = true
 }
 
-func removeFrom(m map[string]map[*peerSets]bool, k string, e *peerSets) {
+func removeFrom[V comparable](m map[string]map[V]bool, k string, e V) {
 	delete(m[k], e)
 	if len(m[k]) == 0 {
 		delete(m, k)

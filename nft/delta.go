@@ -126,7 +126,7 @@ func (u SetUpdate) changes() (gone, came []Element) {
 func (u SetUpdate) kernelChanges() (gone, came []Element) {
 	gone, came = u.changes()
 	if u.Old.PerAddress && u.New.PerAddress {
-		return addressDiff(gone, came), addressDiff(came, gone)
+		return AddressDiff(gone, came), AddressDiff(came, gone)
 	}
 	return gone, came
 }

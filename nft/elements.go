@@ -87,11 +87,12 @@ func sameElementsSlow(a, b *Set) bool {
 	return true
 }
 
-// addressDiff returns the addresses of the ranges of a that no range of b
-// holds, as ranges: what a set held per address (PerAddress) loses when
-// a are its ranges gone and b its ranges come, or gains the other way
-// round.
-func addressDiff(a, b []Element) []Element {
+// AddressDiff returns the addresses of the ranges of a that no range of b
+// holds, as ranges, sorted and merged: what a set held per address
+// (PerAddress) loses when a are its ranges gone and b its ranges come, or
+// gains the other way round. The compiler uses it to follow a peer set's
+// addresses too.
+func AddressDiff(a, b []Element) []Element {
 	if len(a) == 0 {
 		return a
 	}
@@ -119,9 +120,9 @@ func elementsOf(set *netipx.IPSet) []Element {
 	return out
 }
 
-// addresses yields each address of e's range, first to last: the kernel
+// Addresses yields each address of e's range, first to last: the kernel
 // elements of one element of a set held per address (PerAddress).
-func addresses(e Element) iter.Seq[netip.Addr] {
+func Addresses(e Element) iter.Seq[netip.Addr] {
 	return func(yield func(netip.Addr) bool) {
 		r := addrRangeOf(e)
 		if !r.IsValid() {

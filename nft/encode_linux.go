@@ -155,7 +155,7 @@ func encodeList(s *Set, elems []Element) ([]nftables.SetElement, error) {
 		case s.Key.Concat():
 			out = append(out, nftables.SetElement{Key: protoPortKey(e.Addr, e.Proto, e.Port)})
 		case s.PerAddress:
-			for a := range addresses(e) {
+			for a := range Addresses(e) {
 				out = append(out, nftables.SetElement{Key: addrBytes(a)})
 			}
 		case s.Interval:

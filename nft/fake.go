@@ -384,7 +384,7 @@ func kernelLen(s *Set, elems []Element) int {
 	}
 	n := 0
 	for _, e := range elems {
-		for range addresses(e) {
+		for range Addresses(e) {
 			n++
 		}
 	}

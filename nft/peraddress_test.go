@@ -67,10 +67,10 @@ func TestValidatePerAddress(t *testing.T) {
 func TestAddressDiff(t *testing.T) {
 	gone := rangeElements([]string{"10.0.0.1-10.0.0.3", "10.0.0.7"})
 	came := rangeElements([]string{"10.0.0.1", "10.0.0.3-10.0.0.4"})
-	if got := joinRanges(addressDiff(gone, came)); got != "10.0.0.2, 10.0.0.7" {
+	if got := joinRanges(AddressDiff(gone, came)); got != "10.0.0.2, 10.0.0.7" {
 		t.Errorf("deleted %s, want 10.0.0.2, 10.0.0.7", got)
 	}
-	if got := joinRanges(addressDiff(came, gone)); got != "10.0.0.4" {
+	if got := joinRanges(AddressDiff(came, gone)); got != "10.0.0.4" {
 		t.Errorf("added %s, want 10.0.0.4", got)
 	}
 }
@@ -97,7 +97,7 @@ func TestAddressesAtTheEdges(t *testing.T) {
 		{"ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 2},
 	} {
 		n := 0
-		for range addresses(rangeElements([]string{tc.r})[0]) {
+		for range Addresses(rangeElements([]string{tc.r})[0]) {
 			n++
 		}
 		if n != tc.want {

@@ -97,7 +97,7 @@ func renderedElements(s *Set, e Element) []string {
 		return []string{renderElement(s, e)}
 	}
 	var out []string
-	for a := range addresses(e) {
+	for a := range Addresses(e) {
 		out = append(out, a.String())
 	}
 	return out
