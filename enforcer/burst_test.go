@@ -113,9 +113,14 @@ func TestRunBurstOf1000Pods(t *testing.T) {
 	timing := Timing{Debounce: DefaultDebounce, MaxDelay: DefaultMaxDelay, Retry: time.Second}
 	const pods = 1000
 	// 10 namespaces of 100 pods, 110 of them on this node, 2 policies per
-	// namespace: every pod is a peer of some policy, so most changes
-	// change the table.
+	// namespace, and one that allows ingress from every pod: every pod is
+	// a peer of some policy, so every change changes the table (the
+	// egress named-port sets, which held every pod serving dns, no longer
+	// do: their rules' peers name no pod).
 	base := scale.Cluster(10, 100, 2, 110, testNode, false)
+	base.Policies = append(base.Policies, policy("ns-0", "from-every-pod", ingressRule(peers(nsPeer("")))))
+	base.Policies[len(base.Policies)-1].Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels = nil
+	base.Sort()
 	s, f := newFakeSyncer(t)
 	var mu sync.Mutex
 	var syncs []time.Time

@@ -55,6 +55,7 @@ type clusterPolicyState struct {
 	selProblems []Problem
 	peerUses    []peerUse
 	portUses    []portUse
+	namedPeers  []namedPeer // its egress rules on named ports, with their peers
 
 	active bool // some pod of this node is its subject: its sets are in the table
 
@@ -232,6 +233,7 @@ func (c *Compiler) syncClusterPolicies(cnps []*policyv1beta1.ClusterNetworkPolic
 			for _, u := range old.peerUses {
 				c.releasePeersName(u.key)
 			}
+			c.letGoNamedPorts(old.namedPeers)
 			for _, u := range old.portUses {
 				if !u.ingress {
 					c.releasePortSets(u)
@@ -248,6 +250,7 @@ func (c *Compiler) syncClusterPolicies(cnps []*policyv1beta1.ClusterNetworkPolic
 					c.acquirePortSets(u)
 				}
 			}
+			c.holdNamedPorts(p.namedPeers)
 			c.cluster[k.name] = p
 		}
 	})
@@ -515,6 +518,9 @@ func (c *Compiler) clusterRules(p *clusterPolicyState, d direction) {
 			switch {
 			case pm.named != nil:
 				p.portUses = append(p.portUses, *pm.named)
+				if d == egress {
+					p.namedPeers = append(p.namedPeers, namedPeerOf(*pm.named, key, parsed))
+				}
 				for _, f := range families {
 					named := []nft.Expr{nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(*pm.named, f)}}
 					if wide {
@@ -1096,10 +1102,12 @@ func (c *Compiler) activateCluster(p *clusterPolicyState) {
 			c.acquirePortSets(u)
 		}
 	}
+	c.addNamedParts(p.namedPeers)
 }
 
 func (c *Compiler) deactivateCluster(p *clusterPolicyState) {
 	p.active = false
+	c.removeNamedParts(p.namedPeers)
 	for _, u := range p.peerUses {
 		c.releasePeers(u.key)
 	}

@@ -184,6 +184,9 @@ type Compiler struct {
 	peers    refCounted[string, *peerSets]
 	peerIdx  peerIndex // the lists in peers an event may touch (peerindex.go)
 	portSets refCounted[portUse, *portSets]
+	// namedParts are the egress named-port sets each peer list is a part
+	// of, by the list's key (namedports.go).
+	namedParts map[string]map[*portSets]bool
 	// changedPeers are the keys of the peer sets whose elements changed
 	// since refreshCluster last laid out the tier groups reading them.
 	changedPeers map[string]bool

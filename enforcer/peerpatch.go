@@ -176,7 +176,7 @@ func (c *Compiler) editPeerSet(e *peerSets, f nft.IPFamily, gone, came []netip.A
 func (c *Compiler) patchPeerSet(e *peerSets, f nft.IPFamily, elems, removed, added []nft.Element) {
 	before := e.sets[f]
 	_, replaced := c.sets.touched[c.peersSetName(e.key, f)]
-	c.setPeerElements(e, f, elems)
+	c.putPeerElements(e, f, elems, removed, added, true)
 	if before == nil || e.sets[f] == before || replaced {
 		return
 	}

@@ -37,9 +37,10 @@ type policyState struct {
 	// flat.go).
 	flat [2][]flatRule
 
-	ruleProblems []Problem // rules or ports left out; reported while active
-	peerUses     []peerUse // shared peer sets its rules match against
-	portUses     []portUse // named-port sets its rules match against
+	ruleProblems []Problem   // rules or ports left out; reported while active
+	peerUses     []peerUse   // shared peer sets its rules match against
+	portUses     []portUse   // named-port sets its rules match against
+	namedPeers   []namedPeer // its egress rules on named ports, with their peers
 
 	targets []*pod // this node's pods it selects, sorted by name
 	active  bool   // it selects a pod here: its chains and sets are in the table
@@ -129,6 +130,7 @@ func (c *Compiler) addPolicy(np *networkingv1.NetworkPolicy, ch *changes) {
 			c.acquirePortSets(u)
 		}
 	}
+	c.holdNamedPorts(p.namedPeers)
 	c.policies[k] = p
 	byName := c.policiesByNS[k.namespace]
 	i, _ := slices.BinarySearchFunc(byName, k.name, policyByName)
@@ -153,6 +155,7 @@ func (c *Compiler) removePolicy(p *policyState, ch *changes) {
 	if p.active {
 		c.deactivate(p)
 	}
+	c.letGoNamedPorts(p.namedPeers)
 	for _, u := range p.portUses {
 		if !u.ingress {
 			c.releasePortSets(u)
@@ -239,6 +242,7 @@ func (c *Compiler) activate(p *policyState) {
 			c.acquirePortSets(u)
 		}
 	}
+	c.addNamedParts(p.namedPeers)
 }
 
 // deactivate takes p's chains and sets out of the table.
@@ -249,6 +253,7 @@ func (c *Compiler) deactivate(p *policyState) {
 			c.dropChain(chain.Name)
 		}
 	}
+	c.removeNamedParts(p.namedPeers)
 	for _, u := range p.peerUses {
 		c.releasePeers(u.key)
 	}
@@ -372,6 +377,9 @@ func (c *Compiler) policyChain(p *policyState, d direction) *nft.Chain {
 				}
 				use := portUse{name: port.Port.StrVal, proto: proto, ingress: d == ingress}
 				p.portUses = append(p.portUses, use)
+				if d == egress {
+					p.namedPeers = append(p.namedPeers, namedPeerOf(use, key, parsed))
+				}
 				p.flat[d.i] = append(p.flat[d.i], flatRule{key: key, parsed: parsed, proto: proto, named: use.name})
 				for _, f := range families {
 					exprs := append(matchPeer(f), nft.AddrProtoPortInSet{Family: f, Field: nft.Daddr, Set: namedPortSetName(use, f)})

@@ -241,9 +241,20 @@ func (c *Compiler) computePeers(e *peerSets) {
 // setPeerElements makes elems the ranges of e's set of family f: a new
 // set in the table, unless they are what it holds.
 func (c *Compiler) setPeerElements(e *peerSets, f nft.IPFamily, elems []nft.Element) {
-	if old := e.sets[f]; old != nil && slices.Equal(old.Elements, elems) {
-		return
+	c.putPeerElements(e, f, elems, nil, nil, false)
+}
+
+// putPeerElements is setPeerElements, told the ranges the change removed
+// and added when they are exact (for the named-port sets following e).
+func (c *Compiler) putPeerElements(e *peerSets, f nft.IPFamily, elems, removed, added []nft.Element, exact bool) {
+	var old []nft.Element
+	if e.sets[f] != nil {
+		old = e.sets[f].Elements
+		if slices.Equal(old, elems) {
+			return
+		}
 	}
+	c.followPeers(e, old, elems, removed, added, exact)
 	perAddress := c.peersPerAddress(e, f)
 	s := &nft.Set{
 		Name:       c.peersSetName(e.key, f),
@@ -517,22 +528,39 @@ func podsMatch(sel labels.Selector, changed []podChange) bool {
 // portSets are a named port resolved on the pods that can be destinations
 // (see portUse), one set per family.
 //
-// The egress ones hold every pod of the cluster serving the name, so a pod
-// event patches them rather than recomputing. An element is in its set
-// while some pod gives it; two pods may briefly give the same one (a
-// reused address), and dups counts the pods beyond the first, so that the
-// element stays while one of them does. The set's own sorted elements say
-// what is in it: at 150k pods an egress set has 300k elements, and a count
-// of every element took 16 MB (52 MB keyed by the whole element) and a
-// fifth of the first compile's time. The sets keep their elements in
-// chunks (chunks.go), so that a patch copies only what it edits. The
-// egress ones are held by every policy of the cluster using them, active
-// or not (addPolicy); the ingress ones by active policies.
+// An ingress one holds this node's pods serving the name. An egress one
+// holds the pods that the rules on its port could let through: the pods
+// of their peer lists, or every pod of the cluster serving the name while
+// some rule's peers are not pods alone (namedports.go). Either is patched
+// by a pod event rather than made again. An element is in its set while
+// some pod gives it; two pods may briefly give the same one (a reused
+// address), and dups counts the pods beyond the first, so that the element
+// stays while one of them does. The set's own sorted elements say what is
+// in it: at 150k pods a set of every pod has 300k elements, and a count of
+// every element took 16 MB (52 MB keyed by the whole element) and a fifth
+// of the first compile's time. The sets keep their elements in chunks
+// (chunks.go), so that a patch copies only what it edits. The egress ones
+// are held by every policy of the cluster using them, active or not
+// (addPolicy); the ingress ones by active policies.
 type portSets struct {
 	use    portUse
 	dups   map[nft.Element]int32 // pods giving an element beyond the first; usually empty (see memberPatch)
 	sets   map[nft.IPFamily]*nft.Set
-	madeIn uint64 // the Compile call (Compiler.call) that made them: made from the pods as they are now, they need no patch
+	madeIn uint64 // the Compile call (Compiler.call) that made them: made from the pods as they are now, they need no patch; 0 for an egress set not made yet
+
+	// An egress set's scope (namedports.go). anyPod counts the policies of
+	// the cluster with a rule on this port whose peers are not pods alone;
+	// while there is one, the sets hold every pod serving the port, else
+	// (narrow) the pods at the addresses held: those of the peer sets of
+	// parts, the peer lists of active rules on this port (by key, with
+	// how many rules name each), counted by how many parts hold each.
+	// moved are the addresses that came to be held, or stopped, since the
+	// sets were last brought up to date.
+	anyPod int32
+	narrow bool
+	parts  map[string]int32
+	held   map[netip.Addr]int32
+	moved  map[netip.Addr]bool
 }
 
 // patchSorted returns a new sorted list: elems without removed, with
@@ -575,7 +603,9 @@ func namedPortSetName(u portUse, f nft.IPFamily) string {
 	return dir + "-port-" + u.name + "-" + u.proto.String() + "-" + familySuffix(f)
 }
 
-// candidates are the pods whose addresses can be destinations of u.
+// candidates are the pods whose addresses can be destinations of u, for
+// a set that holds every one: this node's pods for ingress, every pod for
+// egress.
 func (c *Compiler) candidates(u portUse) []*pod {
 	if !u.ingress {
 		return c.everyPod()
@@ -587,48 +617,74 @@ func (c *Compiler) candidates(u portUse) []*pod {
 	return local
 }
 
+// acquirePortSets holds the sets of u. An ingress one is made at once; an
+// egress one is empty until refreshPortSets, later in the same Compile,
+// knows which pods it needs (the rules using it are planned and
+// activated by then).
 func (c *Compiler) acquirePortSets(u portUse) {
 	c.portSets.acquire(u, func() *portSets {
-		e := &portSets{use: u, dups: map[nft.Element]int32{}, sets: map[nft.IPFamily]*nft.Set{}, madeIn: c.call}
-		// One list of every element, sized first: at 150k pods it is
-		// 300k elements, and growing it by appends allocated it several
-		// times over at the first sync's peak.
-		cands := c.candidates(u)
-		n := 0
-		for _, pd := range cands {
-			n += pd.countPortElements(u)
-		}
-		every := make([]nft.Element, 0, n)
-		for _, pd := range cands {
-			every = pd.appendPortElements(every, u)
-		}
-		// Sorted, the IPv4 elements come first (netip.Addr orders by
-		// length): each family is a part of the list, made unique in
-		// place and then copied out in chunks, which the set keeps.
-		slices.SortFunc(every, compareElements)
-		v6 := slices.IndexFunc(every, func(el nft.Element) bool { return nft.FamilyOf(el.Addr) == nft.IPv6 })
-		if v6 < 0 {
-			v6 = len(every)
-		}
-		for _, f := range families {
-			part := every[:v6]
-			if f == nft.IPv6 {
-				part = every[v6:]
+		e := &portSets{use: u, dups: map[nft.Element]int32{}, sets: map[nft.IPFamily]*nft.Set{}}
+		if !u.ingress {
+			e.parts, e.held, e.moved = map[string]int32{}, map[netip.Addr]int32{}, map[netip.Addr]bool{}
+			for _, f := range families {
+				e.sets[f] = e.newSet(f, nil)
+				c.putSet(e.sets[f])
 			}
-			kept := 0
-			for _, el := range part {
-				if kept > 0 && compareElements(part[kept-1], el) == 0 {
-					e.dups[el]++
-					continue
-				}
-				part[kept] = el
-				kept++
-			}
-			e.sets[f] = e.newSet(f, chunked(part[:kept]))
-			c.putSet(e.sets[f])
+			return e
 		}
+		c.makeEveryPortSet(e)
 		return e
 	})
+}
+
+// makeEveryPortSet makes e's sets hold every candidate pod serving its
+// port.
+func (c *Compiler) makeEveryPortSet(e *portSets) {
+	// One list of every element, sized first: at 150k pods it is 300k
+	// elements, and growing it by appends allocated it several times over
+	// at the first sync's peak.
+	cands := c.candidates(e.use)
+	n := 0
+	for _, pd := range cands {
+		n += pd.countPortElements(e.use)
+	}
+	every := make([]nft.Element, 0, n)
+	for _, pd := range cands {
+		every = pd.appendPortElements(every, e.use)
+	}
+	slices.SortFunc(every, compareElements)
+	clear(e.dups)
+	c.putPortElements(e, every, func(el nft.Element) { e.dups[el]++ })
+	e.narrow = false
+}
+
+// putPortElements makes sorted elements e's sets, in chunks, each repeat
+// passed to dup. Sorted, the IPv4 elements come first (netip.Addr orders
+// by length): each family is a part of the list, made unique in place and
+// then copied out in chunks, which the set keeps.
+func (c *Compiler) putPortElements(e *portSets, sorted []nft.Element, dup func(nft.Element)) {
+	v6 := slices.IndexFunc(sorted, func(el nft.Element) bool { return nft.FamilyOf(el.Addr) == nft.IPv6 })
+	if v6 < 0 {
+		v6 = len(sorted)
+	}
+	for _, f := range families {
+		part := sorted[:v6]
+		if f == nft.IPv6 {
+			part = sorted[v6:]
+		}
+		kept := 0
+		for _, el := range part {
+			if kept > 0 && compareElements(part[kept-1], el) == 0 {
+				dup(el)
+				continue
+			}
+			part[kept] = el
+			kept++
+		}
+		e.sets[f] = e.newSet(f, chunked(part[:kept]))
+		c.putSet(e.sets[f])
+	}
+	e.madeIn = c.call
 }
 
 func (c *Compiler) releasePortSets(u portUse) {
@@ -638,70 +694,99 @@ func (c *Compiler) releasePortSets(u portUse) {
 }
 
 func (e *portSets) newSet(f nft.IPFamily, chunks [][]nft.Element) *nft.Set {
-	whose := "every pod"
-	if e.use.ingress {
-		whose = "each pod of this node"
+	whose := "each pod serving it that a rule's peers name"
+	switch {
+	case e.use.ingress:
+		whose = "each pod of this node serving it"
+	case e.anyPod > 0:
+		whose = "every pod serving it"
 	}
 	return &nft.Set{
 		Name:    namedPortSetName(e.use, f),
-		Comment: fmt.Sprintf("named port %s/%s: address . protocol . port of %s serving it", e.use.name, e.use.proto, whose),
+		Comment: fmt.Sprintf("named port %s/%s: address . protocol . port of %s", e.use.name, e.use.proto, whose),
 		Key:     protoPortKey(f),
 		Chunks:  chunks,
 	}
 }
 
-// refreshPortSets patches the named-port sets with the pods that changed
-// what they serve or where.
+// refreshPortSets brings the named-port sets up to date: an egress one
+// made, or made again when its scope changed (every pod or the parts'
+// pods), the others patched with the pods that changed what they serve
+// or where, and a narrow one at the addresses its parts moved too.
 func (c *Compiler) refreshPortSets(ch *changes) {
-	if len(ch.pods) == 0 || c.portSets.len() == 0 {
-		return
-	}
 	for e := range c.portSets.values() {
-		if e.madeIn == c.call {
+		switch {
+		case !e.use.ingress && (e.madeIn == 0 || e.narrow != (e.anyPod == 0)):
+			if e.anyPod > 0 {
+				c.makeEveryPortSet(e)
+			} else {
+				c.makeNarrowPortSet(e)
+			}
+		case e.madeIn == c.call:
+		case e.narrow:
+			c.patchNarrowPortSet(e, ch)
+		case len(ch.pods) > 0:
+			c.patchEveryPortSet(e, ch)
+		}
+		clear(e.moved)
+	}
+}
+
+// patchEveryPortSet patches a set of every candidate pod with the pods
+// that changed what they serve or where.
+func (c *Compiler) patchEveryPortSet(e *portSets, ch *changes) {
+	mp := newMemberPatch(e.dups, func(el nft.Element) bool {
+		return searchChunks(e.sets[nft.FamilyOf(el.Addr)].Chunks, el)
+	})
+	for _, changed := range ch.pods {
+		for _, pc := range changed {
+			if !pc.servesOtherwise() {
+				continue // labels: nothing this set holds
+			}
+			for _, el := range pc.old.portElements(e.use) {
+				mp.leave(el)
+			}
+			for _, el := range pc.new.portElements(e.use) {
+				mp.join(el)
+			}
+		}
+	}
+	c.patchPortSet(e, slices.Collect(maps.Keys(mp.gone)), slices.Collect(maps.Keys(mp.came)))
+}
+
+// patchPortSet removes and adds elements (unsorted, either family) to e's
+// sets, giving the delta their exact change: it need not compare two sets
+// of every pod in the cluster.
+func (c *Compiler) patchPortSet(e *portSets, gone, came []nft.Element) {
+	for _, f := range families {
+		var removed, added []nft.Element
+		for _, el := range gone {
+			if nft.FamilyOf(el.Addr) == f {
+				removed = append(removed, el)
+			}
+		}
+		for _, el := range came {
+			if nft.FamilyOf(el.Addr) == f {
+				added = append(added, el)
+			}
+		}
+		if len(removed)+len(added) == 0 {
 			continue
 		}
-		mp := newMemberPatch(e.dups, func(el nft.Element) bool {
-			return searchChunks(e.sets[nft.FamilyOf(el.Addr)].Chunks, el)
-		})
-		for _, changed := range ch.pods {
-			for _, pc := range changed {
-				if pc.old != nil && pc.new != nil && pc.old.local == pc.new.local &&
-					slices.Equal(pc.old.ips, pc.new.ips) && slices.Equal(pc.old.ports, pc.new.ports) {
-					continue // labels: nothing this set holds
-				}
-				for _, el := range pc.old.portElements(e.use) {
-					mp.leave(el)
-				}
-				for _, el := range pc.new.portElements(e.use) {
-					mp.join(el)
-				}
-			}
-		}
-		for _, f := range families {
-			var removed, added []nft.Element
-			for el := range mp.gone {
-				if nft.FamilyOf(el.Addr) == f {
-					removed = append(removed, el)
-				}
-			}
-			for el := range mp.came {
-				if nft.FamilyOf(el.Addr) == f {
-					added = append(added, el)
-				}
-			}
-			if len(removed)+len(added) == 0 {
-				continue
-			}
-			slices.SortFunc(removed, compareElements)
-			slices.SortFunc(added, compareElements)
-			before := e.sets[f]
-			e.sets[f] = e.newSet(f, patchChunks(before.Chunks, removed, added))
-			c.putSet(e.sets[f])
-			// The delta can say exactly what changed, without comparing
-			// two sets of every pod in the cluster.
-			c.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true, Added: added, Removed: removed}
-		}
+		slices.SortFunc(removed, compareElements)
+		slices.SortFunc(added, compareElements)
+		before := e.sets[f]
+		e.sets[f] = e.newSet(f, patchChunks(before.Chunks, removed, added))
+		c.putSet(e.sets[f])
+		c.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true, Added: added, Removed: removed}
 	}
+}
+
+// servesOtherwise reports whether the change may alter what the pod gives
+// a named-port set: anything but its labels.
+func (pc podChange) servesOtherwise() bool {
+	return pc.old == nil || pc.new == nil || pc.old.local != pc.new.local ||
+		!slices.Equal(pc.old.ips, pc.new.ips) || !slices.Equal(pc.old.ports, pc.new.ports)
 }
 
 // portElements are the elements a pod (nil: none) gives the set of named
