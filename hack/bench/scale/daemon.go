@@ -33,6 +33,7 @@ type daemon struct {
 	waitErr error         // its exit status, once done
 
 	peak     atomic.Uint64 // largest VmRSS sampled, bytes
+	peakAt   atomic.Int64  // when it was sampled, nanoseconds after start
 	stopOnce sync.Once
 	sampled  chan struct{} // closed once the sampler has stopped
 }
@@ -87,6 +88,7 @@ func (d *daemon) sample() {
 	for {
 		if rss, _, err := d.memory(); err == nil && rss > d.peak.Load() {
 			d.peak.Store(rss)
+			d.peakAt.Store(int64(time.Since(d.start)))
 		}
 		select {
 		case <-d.done:
@@ -97,6 +99,9 @@ func (d *daemon) sample() {
 }
 
 func (d *daemon) peakRSS() uint64 { return d.peak.Load() }
+
+// peakRSSAt is when the largest VmRSS was sampled, after start.
+func (d *daemon) peakRSSAt() time.Duration { return time.Duration(d.peakAt.Load()) }
 
 // memory returns VmRSS and VmHWM of the process, in bytes.
 func (d *daemon) memory() (rss, hwm uint64, err error) {

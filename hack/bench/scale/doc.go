@@ -96,7 +96,9 @@
 //   - start_to_ready_s: to /readyz answering 200, polled every 5 ms;
 //   - rss_mb: VmRSS (/proc/PID/status, read from outside) -settle after
 //     ready; hwm_mb: VmHWM at the end; rss_peak_mb: the largest VmRSS of
-//     those sampled every 100 ms from start to end;
+//     those sampled every 100 ms from start to end, and rss_peak_at_s when
+//     (seconds after start: against start_to_programmed_s, whether the
+//     peak was the informers' list or the first sync);
 //   - heap_mb: go_memstats_heap_inuse_bytes of the daemon's /metrics at
 //     the same time as rss_mb (heap_alloc_mb: go_memstats_heap_alloc_bytes);
 //   - api_rx_mb: the bytes the API server sent the daemon until ready

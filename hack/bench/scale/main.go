@@ -136,7 +136,7 @@ type results struct {
 	listPods                                     time.Duration // listFloor
 	bin                                          string        // the binary's label (binLabels)
 	round                                        int           // from 1
-	toProgrammed, toReady                        time.Duration
+	toProgrammed, toReady, rssPeakAt             time.Duration
 	rss, hwm, rssPeak, heapInuse, heapAlloc      uint64 // bytes
 	rxReady, rxTotal                             int64
 	metrics                                      map[string]float64 // the daemon's, at the steady reading
@@ -369,9 +369,9 @@ func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results
 	if _, res.hwm, err = d.memory(); err != nil {
 		return err
 	}
-	res.rssPeak = d.peakRSS()
+	res.rssPeak, res.rssPeakAt = d.peakRSS(), d.peakRSSAt()
 	res.rxTotal = proxy.Received()
-	fmt.Fprintf(out, "end: VmHWM %s MB, largest VmRSS sampled %s MB, from the API server %s MB in all\n", mb(res.hwm), mb(res.rssPeak), mb(uint64(res.rxTotal)))
+	fmt.Fprintf(out, "end: VmHWM %s MB, largest VmRSS sampled %s MB (%.1f s after start), from the API server %s MB in all\n", mb(res.hwm), mb(res.rssPeak), res.rssPeakAt.Seconds(), mb(uint64(res.rxTotal)))
 	if err := d.Exited(); err != nil {
 		return err
 	}
@@ -501,6 +501,7 @@ func (r *results) summary() string {
 		fmt.Sprintf("namespaces=%d", r.namespaces),
 		fmt.Sprintf("local_pods=%d", r.localPods),
 		"rss_peak_mb=" + mb(r.rssPeak),
+		fmt.Sprintf("rss_peak_at_s=%.2f", r.rssPeakAt.Seconds()),
 		"heap_alloc_mb=" + mb(r.heapAlloc),
 		"api_rx_total_mb=" + mb(uint64(r.rxTotal)),
 		fmt.Sprintf("create_s=%.0f", r.createTime.Seconds()),
