@@ -21,21 +21,30 @@ import (
 // of the heap (hack/bench/events), for elements no rule could use.
 //
 // A narrow set therefore follows its parts: the peer lists of the active
-// rules on its port, whose peer sets hold pod addresses alone. held counts,
-// for each address, the parts whose peer sets hold it (in both families);
-// the set holds what the pod at each held address serves on the port.
-// Each peer set change moves the counts (followPeers, from the peer set's
-// own change), and each address that comes to be held or stops being held
-// is brought up to date at the end of the Compile (patchNarrowPortSet),
-// with the addresses of pods that changed what they serve.
+// rules on its port, lists of pods (below). held counts, for each
+// address, the parts whose peer sets hold it (in both families); the set
+// holds what the pod at each held address serves on the port. Each peer
+// set change moves the counts (followPeers, from the peer set's own
+// change), and each address that comes to be held or stops being held is
+// brought up to date at the end of the Compile (patchNarrowPortSet), with
+// the addresses of pods that changed what they serve.
 //
-// A rule whose peers are not pods alone (none, which is every
-// destination; an ipBlock; nodes; a ClusterNetworkPolicy's networks) could
-// reach any pod serving the name, so while any policy of the cluster has
-// one (anyPod, counted whether the policy is active or not, as the set is
-// held: addPolicy) the set holds every pod serving the name, as all sets
-// did before. Counted only on activation, one pod of this node coming and
-// going would make the set of every pod again, 300k elements, each time.
+// A part is a list of the pods of its policy's own namespace (pod
+// selectors without a namespace selector). Any other rule (no peers,
+// which is every destination; an ipBlock; nodes; a ClusterNetworkPolicy's
+// networks; and a namespace selector) makes the set hold every pod serving
+// the name while any policy of the cluster has one (anyPod, counted
+// whether the policy is active or not, as the set is held: addPolicy), as
+// all sets did before. A part comes and goes with its policy's activation,
+// so its pods are written or taken out when one pod of this node starts
+// or stops being the policy's target: bounded by a namespace, that is
+// what the part's own peer set costs then. A namespace selector may name
+// every pod of the cluster (`namespaceSelector: {}` is a common "any pod"
+// peer), whose peer set another active policy may keep while the named
+// port's set, as a part, would come and go with one pod: 300k elements
+// written for a pod event at 150k pods (the hostile review's
+// TestHostileRound6NamedScaleActivation). The set of every pod does not
+// move then.
 
 // A namedPeer is an egress rule's named port with the peer list it goes
 // with: the set of the port must hold the pods of that list (key), or
@@ -49,8 +58,9 @@ type namedPeer struct {
 // namedPeerOf is the namedPeer of an egress rule on use with peers parsed
 // (nil: none) under key.
 func namedPeerOf(use portUse, key string, parsed *parsedPeers) namedPeer {
-	podsAlone := parsed != nil && parsed.blocks == nil && len(parsed.nodes) == 0 && !parsed.all
-	if !podsAlone {
+	ownPods := parsed != nil && parsed.blocks == nil && len(parsed.nodes) == 0 && !parsed.all &&
+		!slices.ContainsFunc(parsed.selectors, func(s peerSelector) bool { return s.namespaces != nil })
+	if !ownPods {
 		return namedPeer{use: use, anyPod: true}
 	}
 	return namedPeer{use: use, key: key}

@@ -13,19 +13,21 @@ import (
 )
 
 // TestNamedPortSetScope: an egress named-port set holds the pods serving
-// the port that the peers of the active rules on it name, and every pod
-// serving it while some policy of the cluster, active or not, has a rule
-// on it whose peers are not pods alone. Each step is compiled on from the
-// step before, and must also be what a fresh compile of the same snapshot
-// gives.
+// the port that the peers of the active rules on it name, when those are
+// pods of the rule's own namespace, and every pod serving it while some
+// policy of the cluster, active or not, has a rule on it with other peers
+// (none, an ipBlock, a namespace selector). Each step is compiled on from
+// the step before, and must also be what a fresh compile of the same
+// snapshot gives.
 func TestNamedPortSetScope(t *testing.T) {
 	const set = "egress-port-serve-80-tcp-tcp-v4"
 	named := scale.NamedPort(tcp, "serve-80-tcp")
-	toY := policy("x", "to-y", selecting("a"), denyEgress, egressRule(peers(nsPeer("y")), named))
-	toZc := policy("x", "to-zc", selecting("a"), denyEgress, egressRule(peers(nsPodPeer("z", "c")), named))
-	// Selects no pod of this node (x/nobody): not active, but held.
-	wide := policy("x", "wide", selecting("nobody"), denyEgress, egressRule(peers(nsPeer("z"), scale.IPBlock("192.0.2.0/24")), named))
+	toB := policy("x", "to-b", selecting("a"), denyEgress, egressRule(peers(podPeer("b")), named))
+	toC := policy("x", "to-c", selecting("a"), denyEgress, egressRule(peers(podPeer("c")), named))
+	// Select no pod of this node (x/nobody): not active, but held.
+	block := policy("x", "block", selecting("nobody"), denyEgress, egressRule(peers(podPeer("b"), scale.IPBlock("192.0.2.0/24")), named))
 	everyDest := policy("x", "every", selecting("nobody"), denyEgress, egressRule(nil, named))
+	otherNS := policy("x", "ns-y", selecting("nobody"), denyEgress, egressRule(peers(nsPeer("y")), named))
 	relabel := func(ns, name, label string) func(*k8s.Snapshot) {
 		return func(s *k8s.Snapshot) {
 			for i, p := range s.Pods {
@@ -49,19 +51,21 @@ func TestNamedPortSetScope(t *testing.T) {
 		change func(*k8s.Snapshot)
 		want   []string // addresses in the set, each at port 80
 	}{
-		{"peers: namespace y", policies(toY), []string{"10.0.2.1", "10.0.2.2", "10.0.2.3"}},
-		{"and z/c, by another policy", policies(toY, toZc), []string{"10.0.2.1", "10.0.2.2", "10.0.2.3", "10.0.3.3"}},
-		{"z/c relabelled out", relabel("z", "c", "other"), []string{"10.0.2.1", "10.0.2.2", "10.0.2.3"}},
-		{"z/b relabelled in", relabel("z", "b", "c"), []string{"10.0.2.1", "10.0.2.2", "10.0.2.3", "10.0.3.2"}},
-		{"y/b goes", remove("y", "b"), []string{"10.0.2.1", "10.0.2.3", "10.0.3.2"}},
+		{"peers: x/b", policies(toB), []string{"10.0.1.2"}},
+		{"and x/c, by another policy", policies(toB, toC), []string{"10.0.1.2", "10.0.1.3"}},
+		{"x/c relabelled out", relabel("x", "c", "other"), []string{"10.0.1.2"}},
+		{"x/c relabelled back in", relabel("x", "c", "c"), []string{"10.0.1.2", "10.0.1.3"}},
+		{"x/b goes", remove("x", "b"), []string{"10.0.1.3"}},
 		{"x/a, the only target, goes: neither policy is active", remove("x", "a"), nil},
-		{"back to the cluster with x/a", func(s *k8s.Snapshot) { *s = *cluster(toY, toZc) }, []string{"10.0.2.1", "10.0.2.2", "10.0.2.3", "10.0.3.3"}},
-		{"an inactive policy with an ipBlock peer", policies(toY, toZc, wide), all},
-		{"and x/a's policies go", policies(wide), all},
+		{"back to the cluster with x/a and x/b", func(s *k8s.Snapshot) { *s = *cluster(toB, toC) }, []string{"10.0.1.2", "10.0.1.3"}},
+		{"an inactive policy with an ipBlock peer", policies(toB, toC, block), all},
+		{"and x/a's policies go", policies(block), all},
 		{"the ipBlock policy goes too", policies(), nil},
-		{"peers: namespace y again", policies(toY), []string{"10.0.2.1", "10.0.2.2", "10.0.2.3"}},
-		{"an inactive policy to every destination", policies(toY, everyDest), all},
-		{"it goes", policies(toY), []string{"10.0.2.1", "10.0.2.2", "10.0.2.3"}},
+		{"peers: x/b again", policies(toB), []string{"10.0.1.2"}},
+		{"an inactive policy to every destination", policies(toB, everyDest), all},
+		{"it goes", policies(toB), []string{"10.0.1.2"}},
+		{"an inactive policy to namespace y", policies(toB, otherNS), all},
+		{"it goes", policies(toB), []string{"10.0.1.2"}},
 	}
 	inc := NewCompiler(Options{Node: testNode})
 	cur := cluster()
