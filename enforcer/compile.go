@@ -190,6 +190,9 @@ type Compiler struct {
 	// changedPeers are the keys of the peer sets whose elements changed
 	// since refreshCluster last laid out the tier groups reading them.
 	changedPeers map[string]bool
+	// renamed are the keys of the unions whose sets changed kind, and so
+	// name, in this compile (longRuns): what asks them is rewritten.
+	renamed map[string]bool
 	// allowChains are the fragment chains of flat pod chains, by
 	// allowChainKey (see flat.go).
 	allowChains refCounted[string, *allowChain]
@@ -285,6 +288,7 @@ func NewCompiler(opts Options) *Compiler {
 		cluster:        map[string]*clusterPolicyState{},
 		groups:         map[string]*clusterGroup{},
 		changedPeers:   map[string]bool{},
+		renamed:        map[string]bool{},
 		pairs:          map[string]*pair{},
 		podTiers:       map[podChainKey]podTiers{},
 		nodes:          map[string]nodeView{},

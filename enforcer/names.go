@@ -132,7 +132,12 @@ func (c *Compiler) acquirePeersName(key string) string {
 func (c *Compiler) releasePeersName(key string) { c.peerNames.release(key) }
 
 // peersSetName is `peers-<hash>-v4`: the set of one family of a peer list
-// whose name some rule holds. The set's comment spells the key out.
+// whose name some rule holds, `peers-<hash>-v4-ranges` for a union held
+// as ranges (longRuns), as its set is named now. The set's comment spells
+// the key out.
 func (c *Compiler) peersSetName(key string, f nft.IPFamily) string {
+	if e, ok := c.peers.get(key); ok && e.sets[f] != nil {
+		return e.sets[f].Name
+	}
 	return c.peerNames.name(key) + "-" + familySuffix(f)
 }

@@ -177,7 +177,7 @@ func (c *Compiler) patchPeerSet(e *peerSets, f nft.IPFamily, elems, removed, add
 	before := e.sets[f]
 	_, replaced := c.sets.touched[c.peersSetName(e.key, f)]
 	c.putPeerElements(e, f, elems, removed, added, true)
-	if before == nil || e.sets[f] == before || replaced {
+	if before == nil || e.sets[f] == before || replaced || e.sets[f].Name != before.Name {
 		return
 	}
 	c.patches[before] = nft.SetUpdate{Old: before, New: e.sets[f], Exact: true, Removed: removed, Added: added}

@@ -256,8 +256,18 @@ func (c *Compiler) putPeerElements(e *peerSets, f nft.IPFamily, elems, removed, 
 	}
 	c.followPeers(e, old, elems, removed, added, exact)
 	perAddress := c.peersPerAddress(e, f)
+	name := c.peerNames.name(e.key) + "-" + familySuffix(f)
+	if perAddress && e.parts != nil && longRuns(elems) {
+		perAddress, name = false, name+"-ranges"
+	}
+	if prev := e.sets[f]; prev != nil && prev.Name != name {
+		// A union changed kind (longRuns): its set goes under its old name,
+		// and what asks it is rewritten with the new (renameUnions).
+		c.dropSet(prev.Name)
+		c.renamed[e.key] = true
+	}
 	s := &nft.Set{
-		Name:       c.peersSetName(e.key, f),
+		Name:       name,
 		Comment:    peersComment(e.key),
 		Key:        addrKey(f),
 		Interval:   !perAddress,
@@ -269,12 +279,47 @@ func (c *Compiler) putPeerElements(e *peerSets, f nft.IPFamily, elems, removed, 
 	c.changedPeers[e.key] = true
 }
 
+// unionRunLength is how many addresses a union's ranges must hold on
+// average, and more, for it to be held as ranges rather than per address
+// (longRuns). A variable for the tests, which lower it so that their small
+// clusters change kind often.
+var unionRunLength = 4
+
+// longRuns reports whether a union of pod lists, ranges, is held as an
+// interval set: when its ranges average more than unionRunLength
+// addresses. Per address, the kernel holds an element an address; as
+// intervals, two a range. Lists of scattered pods (the usual case:
+// addresses given out per node) are ranges of an address or two, and
+// stay per address for the hash lookup. But a union of lists that
+// together name whole namespaces, whose pods were given consecutive
+// addresses, is a few long runs: at 150k pods (hack/bench/scale) six such
+// unions held 525,000 kernel elements per address, more than half of
+// the first batch, where 251 ranges make 502 as intervals. The kind
+// follows from the content, so that a fresh compile and an incremental
+// one agree; a union whose content crosses over changes set name, which
+// an interval set and a per-address one must not share.
+func longRuns(ranges []nft.Element) bool {
+	if len(ranges) == 0 {
+		return false
+	}
+	n := 0
+	for _, r := range ranges {
+		for range nft.Addresses(r) {
+			if n++; n > unionRunLength*len(ranges) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // peersPerAddress reports whether e's set of family f holds addresses of
 // pods and nodes alone, no ipBlock: the kernel then holds it per address
 // (nft.Set.PerAddress), a hash lookup a packet instead of a search of
-// ranges, and one element a pod instead of an interval's two. A union is
-// held so when each of its parts is. The answer follows from e's key
-// alone, so a set never changes kind under its name.
+// ranges, and one element a pod instead of an interval's two. A union may
+// be held so when each of its parts is (unless its ranges are long:
+// longRuns). The answer follows from e's key alone, so a list's set never
+// changes kind under its name.
 func (c *Compiler) peersPerAddress(e *peerSets, f nft.IPFamily) bool {
 	if e.parts != nil {
 		for _, k := range e.parts {
@@ -368,6 +413,30 @@ func (c *Compiler) refreshPeers(ch *changes) {
 		}
 		c.patchUnion(e, moved)
 	}
+	c.renameUnions(ch)
+}
+
+// renameUnions rewrites what asks a union whose set changed name in this
+// compile (longRuns): the fragment chains asking it, in place, and the
+// pod chains asking it about every port, rebuilt with their namespace's.
+// Unions change content in refreshPeers alone; elsewhere they are made
+// anew, under the name their content gives.
+func (c *Compiler) renameUnions(ch *changes) {
+	if len(c.renamed) == 0 {
+		return
+	}
+	for ac := range c.allowChains.values() {
+		if ac.key != "" && ac.parts == nil && c.renamed[ac.key] {
+			ac.chain = &nft.Chain{Name: ac.chain.Name, Rules: c.unionRules(ac.dir, []string{ac.key})}
+			c.putChain("3\x00"+allowChainKey(ac.dir, ac.key, false), ac.chain)
+		}
+	}
+	for _, pc := range c.podChains {
+		if pc.use != nil && slices.ContainsFunc(pc.use.peerKeys, func(k string) bool { return c.renamed[k] }) {
+			ch.podChainNS[pc.pod.key.namespace] = true
+		}
+	}
+	clear(c.renamed)
 }
 
 // mergeRanges is the union of two lists of ranges, each sorted and
