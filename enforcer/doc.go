@@ -101,7 +101,9 @@
 //     kernel struct is twice an interval set's, which slows the kernel's
 //     walk of its sets by name when the table is written whole, and a
 //     list whose pods hold long runs of consecutive addresses costs an
-//     element a pod where intervals cost two a run;
+//     element a pod where intervals cost two a run. A union whose ranges
+//     are long on average is therefore an interval set, named for it
+//     (peers-<hash>-v4-ranges: longRuns in sets.go);
 //   - the peers of rules without ports (every protocol and port) are one
 //     more union, asked in the pod chain;
 //   - an egress rule on a named port is the one question that is not
@@ -132,9 +134,9 @@
 // except, interval sets; one per distinct peer list or union of them,
 // and family), named-port sets (address . protocol . port of the pods
 // serving a port name, one set per name and protocol: this node's pods
-// for ingress; for egress, the pods the peer lists of the active rules on
-// the port name, or every pod while a rule's peers are not pods alone:
-// namedports.go), the ports maps and the dispatch maps. An egress
+// for ingress; for egress, the pods that the active rules on the port
+// name in their own namespaces, or every pod while a rule's peers are
+// anything else: namedports.go), the ports maps and the dispatch maps. An egress
 // named-port set is in the table while any policy of the cluster uses
 // it, whether or not it selects a pod here: a set of every pod must not
 // come and go, 300k elements at 150k pods, with the one local pod that
