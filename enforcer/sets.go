@@ -297,7 +297,12 @@ var unionRunLength = 4
 // the first batch, where 251 ranges make 502 as intervals. The kind
 // follows from the content, so that a fresh compile and an incremental
 // one agree; a union whose content crosses over changes set name, which
-// an interval set and a per-address one must not share.
+// an interval set and a per-address one must not share. The price: a
+// union whose runs average unionRunLength exactly changes kind with one
+// pod, and is written whole under its other name each time
+// (TestHostileRound7UnionFlapCost). Holding the old kind until the quiet
+// sync that settles deferred unions (settle.go) would bound that to once
+// per quiet period; not done.
 func longRuns(ranges []nft.Element) bool {
 	if len(ranges) == 0 {
 		return false
