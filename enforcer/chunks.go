@@ -6,9 +6,9 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
-// Chunked element lists. A named-port set of the egress direction holds an
-// element for every pod of the cluster serving the name: 300k elements,
-// 26 MB, at 150k dual-stack pods. The tables a Compiler returns are
+// Chunked element lists. A named-port set of the egress direction may hold
+// an element for every pod of the cluster serving the name
+// (namedports.go): 300k elements, 26 MB, at 150k dual-stack pods. The tables a Compiler returns are
 // immutable, so patching such a set for one pod event copied it whole, and
 // the garbage made the collector run every few events over a heap of
 // hundreds of MB: the p99 of pod events at that size. Kept in chunks

@@ -98,7 +98,7 @@ func planFlat(pd *pod, d direction, policies []*policyState) *flatPlan {
 				named[namedCheck{key: r.key, use: portUse{name: r.named, proto: r.proto}}] = true
 			case r.named != "":
 				for _, cp := range pd.ports {
-					if cp.Name == r.named && protoName(cp.Protocol) == r.proto {
+					if (portUse{name: r.named, proto: r.proto}).servedBy(cp) {
 						port := uint16(cp.ContainerPort)
 						spans[r.proto] = append(spans[r.proto], span{port, port, r.key})
 					}

@@ -245,7 +245,7 @@ func (c *Compiler) appendPortElementsAt(dst []nft.Element, u portUse, a netip.Ad
 	}
 	start := len(dst)
 	for _, cp := range w.effective.ports {
-		if cp.Name == u.name && protoName(cp.Protocol) == u.proto {
+		if u.servedBy(cp) {
 			el := nft.Element{Addr: a, Proto: u.proto, Port: uint16(cp.ContainerPort)}
 			if !slices.Contains(dst[start:], el) { // two containers may name one port
 				dst = append(dst, el)

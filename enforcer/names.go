@@ -139,5 +139,11 @@ func (c *Compiler) peersSetName(key string, f nft.IPFamily) string {
 	if e, ok := c.peers.get(key); ok && e.sets[f] != nil {
 		return e.sets[f].Name
 	}
+	return c.peersListName(key, f)
+}
+
+// peersListName is `peers-<hash>-v4`, the name of a peer list's set of
+// family f, and of a union's held per address.
+func (c *Compiler) peersListName(key string, f nft.IPFamily) string {
 	return c.peerNames.name(key) + "-" + familySuffix(f)
 }

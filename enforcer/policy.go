@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,11 +59,18 @@ type peerUse struct {
 // A portUse names the set of a named port: address . protocol . port of
 // the pods serving that name with that protocol which can be the
 // destination of a rule in that direction: this node's pods for ingress
-// (the destination is a selected pod), every pod for egress (a peer).
+// (the destination is a selected pod), peers for egress (which pods:
+// namedports.go).
 type portUse struct {
 	name    string
 	proto   nft.Proto
 	ingress bool
+}
+
+// servedBy reports whether container port cp is u's name with u's
+// protocol.
+func (u portUse) servedBy(cp corev1.ContainerPort) bool {
+	return cp.Name == u.name && protoName(cp.Protocol) == u.proto
 }
 
 func (p *policyState) problems() []Problem {
@@ -118,8 +126,9 @@ func (c *Compiler) syncPolicies(nps []*networkingv1.NetworkPolicy, ch *changes) 
 func (c *Compiler) addPolicy(np *networkingv1.NetworkPolicy, ch *changes) {
 	k := objKey{np.Namespace, np.Name}
 	p := c.planPolicy(np)
-	// An egress named-port set holds every pod of the cluster serving the
-	// name (300k elements at 150k pods): it is held while a policy of the
+	// An egress named-port set may hold every pod of the cluster serving
+	// the name (300k elements at 150k pods: namedports.go says when): it
+	// is held while a policy of the
 	// cluster uses it, active here or not, so that it does not go with
 	// the one pod of this node that keeps such a policy active and come
 	// back whole, built and written again, when that pod does (61 MB and

@@ -156,7 +156,8 @@ func peerKey(policyNS string, peers []networkingv1.NetworkPolicyPeer) string {
 
 // peerSets are the addresses a peer list allows, as one set per family:
 // sorted, merged ranges, held per address in the kernel unless an ipBlock
-// of the family makes it an interval set (peersPerAddress). Their users
+// of the family makes it an interval set (peersPerAddress), or, for a
+// union, its ranges are long (longRuns). Their users
 // are the rules of active policies matching against them.
 type peerSets struct {
 	key    string
@@ -256,7 +257,7 @@ func (c *Compiler) putPeerElements(e *peerSets, f nft.IPFamily, elems, removed, 
 	}
 	c.followPeers(e, old, elems, removed, added, exact)
 	perAddress := c.peersPerAddress(e, f)
-	name := c.peerNames.name(e.key) + "-" + familySuffix(f)
+	name := c.peersListName(e.key, f)
 	if perAddress && e.parts != nil && longRuns(elems) {
 		perAddress, name = false, name+"-ranges"
 	}
@@ -873,7 +874,7 @@ func (p *pod) appendPortElements(dst []nft.Element, u portUse) []nft.Element {
 		return dst
 	}
 	for _, cp := range p.ports {
-		if cp.Name != u.name || protoName(cp.Protocol) != u.proto {
+		if !u.servedBy(cp) {
 			continue
 		}
 		for _, ip := range p.ips {
@@ -890,7 +891,7 @@ func (p *pod) countPortElements(u portUse) int {
 	}
 	n := 0
 	for _, cp := range p.ports {
-		if cp.Name == u.name && protoName(cp.Protocol) == u.proto {
+		if u.servedBy(cp) {
 			n += len(p.ips)
 		}
 	}
