@@ -104,7 +104,13 @@ func TestHostileRound7UnionFlapCost(t *testing.T) {
 	far.Sort()
 	prev = checkIncremental(t, inc, opts, prev, far, DefaultPriority, "far from the threshold")
 	back := checkIncremental(t, inc, opts, prev, with, DefaultPriority, "p0-5 goes")
-	if d := inc.Delta(); len(d.AddSets) > 0 || kindChanges(prev, back) > 0 {
+	d := inc.Delta()
+	if len(d.AddSets) > 0 || kindChanges(prev, back) > 0 {
 		t.Errorf("a pod away from the threshold: the delta adds %d sets, %d unions change kind", len(d.AddSets), kindChanges(prev, back))
+	}
+	for _, u := range d.UpdateSets {
+		if !u.Exact || len(u.Added)+len(u.Removed) > 2 {
+			t.Errorf("a pod away from the threshold: set %s updated by +%d -%d ranges (exact %v), want its one range", u.New.Name, len(u.Added), len(u.Removed), u.Exact)
+		}
 	}
 }
