@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,6 +182,34 @@ func (d *daemon) cpuProfile(ctx context.Context, path string, span time.Duration
 	}
 	hc := &http.Client{Timeout: span + 30*time.Second}
 	return saveProfile(hc, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.metricsAddr, int(span.Seconds())), path, "cpu profile")
+}
+
+// heapProfiles writes the daemon's heap profile (without a collection:
+// each shows what the last one found live) to dir every period, from the
+// moment its metrics address answers until ctx ends, as heap-NNN.pb.gz
+// with NNN the tenths of a second since then.
+func (d *daemon) heapProfiles(ctx context.Context, dir string, period time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for {
+		if _, err := d.metrics(); err == nil {
+			break
+		}
+		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+			return nil
+		}
+	}
+	start := time.Now()
+	for {
+		name := filepath.Join(dir, fmt.Sprintf("heap-%03d.pb.gz", time.Since(start)/(100*time.Millisecond)))
+		if err := saveProfile(d.hc, "http://"+d.metricsAddr+"/debug/pprof/heap", name, "heap profile"); err != nil && ctx.Err() == nil {
+			return err
+		}
+		if err := sleep(ctx, period); err != nil {
+			return nil
+		}
+	}
 }
 
 // heapProfile writes the daemon's heap profile (--profiling's

@@ -38,6 +38,7 @@ type config struct {
 	daemonArgs, daemonLog             string
 	daemonEnv                         string
 	heapProfile, startProfile         string
+	startHeaps                        string
 	startProfileFor                   time.Duration
 	gap, settle, readyTimeout         time.Duration
 }
@@ -59,6 +60,7 @@ func run() int {
 	flag.StringVar(&cfg.heapProfile, "heap-profile", "", "write a heap profile of the daemon, taken after the steady memory reading, to this file (runs the daemon with --profiling); with more than one daemon run, numbered as -daemon-log")
 	flag.StringVar(&cfg.startProfile, "start-profile", "", "write a CPU profile of the daemon's first -start-profile-for, from the moment it serves, to this file (runs the daemon with --profiling); with more than one daemon run, numbered as -daemon-log")
 	flag.DurationVar(&cfg.startProfileFor, "start-profile-for", 25*time.Second, "how long -start-profile profiles")
+	flag.StringVar(&cfg.startHeaps, "start-heaps", "", "write the daemon's heap profile every 250 ms from the moment it serves until it is ready to this directory (heap-NNN.pb.gz, NNN in tenths of a second since it served; runs the daemon with --profiling): what is live at the peak of the first sync; with more than one daemon run, numbered as -daemon-log")
 	flag.DurationVar(&cfg.gap, "gap", enforcer.DefaultDebounce+100*time.Millisecond, "quiet before each event, from the kernel holding the previous one (more than the daemon's --debounce, so each event is synced on the leading edge)")
 	flag.DurationVar(&cfg.settle, "settle", 10*time.Second, "from ready to the steady memory reading")
 	flag.DurationVar(&cfg.readyTimeout, "ready-timeout", 30*time.Minute, "how long the daemon may take to be ready")
@@ -306,8 +308,9 @@ func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results
 	}
 	heapProfile := numbered(cfg.heapProfile, k, b.runs)
 	startProfile := numbered(cfg.startProfile, k, b.runs)
+	startHeaps := numbered(cfg.startHeaps, k, b.runs)
 	args := strings.Fields(cfg.daemonArgs)
-	if heapProfile != "" || startProfile != "" {
+	if heapProfile != "" || startProfile != "" || startHeaps != "" {
 		args = append(args, "--profiling")
 	}
 	d, err := startDaemon(ctx, bin, logPath, kubeconfig, netns, args, strings.Fields(cfg.daemonEnv))
@@ -326,6 +329,21 @@ func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results
 			fmt.Fprintf(out, "start profile: %s, the first %s (go tool pprof %s %s)\n", startProfile, cfg.startProfileFor, bin, startProfile)
 		}()
 	}
+	stopHeaps := func() {}
+	if startHeaps != "" {
+		var heapsCtx context.Context
+		heapsCtx, stopHeaps = context.WithCancel(ctx)
+		sampled := make(chan error, 1)
+		go func() { sampled <- d.heapProfiles(heapsCtx, startHeaps, 250*time.Millisecond) }()
+		defer func() {
+			stopHeaps()
+			if err := <-sampled; err != nil {
+				fmt.Fprintf(out, "start heaps: %v\n", err)
+				return
+			}
+			fmt.Fprintf(out, "start heaps: %s (go tool pprof -sample_index=inuse_space FILE; each shows what was live at the collection before it)\n", startHeaps)
+		}()
+	}
 	defer func() {
 		d.Stop()
 		if cfg.daemonLog != "" {
@@ -338,6 +356,7 @@ func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results
 	if err := waitStarted(ctx, d, kern, proxy, cfg.readyTimeout, out, res); err != nil {
 		return err
 	}
+	stopHeaps()
 	if err := sleep(ctx, cfg.settle); err != nil {
 		return err
 	}
