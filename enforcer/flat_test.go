@@ -219,7 +219,7 @@ func TestPlanFlatNamedPorts(t *testing.T) {
 	}
 }
 
-// mergeRanges is the union of two range lists, as netipx builds it.
+// mergeRanges is the union of range lists, as netipx builds it.
 func TestMergeRanges(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	randomSet := func() *netipx.IPSet {
@@ -236,14 +236,17 @@ func TestMergeRanges(t *testing.T) {
 		return s
 	}
 	for range 2000 {
-		a, b := randomSet(), randomSet()
 		var u netipx.IPSetBuilder
-		u.AddSet(a)
-		u.AddSet(b)
+		var lists [][]nft.Element
+		for range 1 + r.IntN(6) {
+			s := randomSet()
+			u.AddSet(s)
+			lists = append(lists, rangesOf(s, nft.IPv4))
+		}
 		union, _ := u.IPSet()
-		got := mergeRanges(rangesOf(a, nft.IPv4), rangesOf(b, nft.IPv4))
+		got := mergeRanges(lists...)
 		if want := rangesOf(union, nft.IPv4); !slices.Equal(got, want) {
-			t.Fatalf("mergeRanges(%v, %v) = %v, want %v", rangesOf(a, nft.IPv4), rangesOf(b, nft.IPv4), got, want)
+			t.Fatalf("mergeRanges(%v) = %v, want %v", lists, got, want)
 		}
 	}
 }
