@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sync/atomic"
 
 	"github.com/google/nftables"
@@ -129,24 +128,23 @@ func ReadGeneration(nl *netlink.Conn) (uint32, error) {
 // commit creates, and no ack per message (as nft sends batches).
 //
 // The library's only seam for this is its TestDial option: with it, Flush
-// talks to a netlink.Conn that nltest.Dial builds around a function, and
-// roundTrip is that function. nltest hands it the whole batch, begin and end
-// included, as Flush sends it; roundTrip rewrites it and sends it on a real
-// socket in the Conn's namespace, with largeBuffers (the library would apply
-// socket options to nltest's connection, which has no socket, so they are
-// applied here instead). roundTrip returns no replies from the send, so each
-// Receive that Flush then makes (one or two per message it sent, in
-// receiveAckAware) comes back to roundTrip with a nil request, and roundTrip
-// answers it with the next datagram from the real socket. The library thus
-// keeps its own message encoding and error accounting; only the begin
-// message and the flags differ from what it would send. The
-// option is documented for testing, and this leans on how Flush and nltest
-// consume replies (described below, as of google/nftables v0.3.0 and
-// mdlayher/netlink v1.11): the kernel tests go through its commit, refused
-// message and stale generation paths, so an upgrade that changes them fails
-// there.
+// hands its queued messages to a netlink.Conn that nltest.Dial builds
+// around a function, and roundTrip is that function. roundTrip sends
+// nothing: it encodes the messages into the batch being built (keep) and
+// answers every Receive that Flush then makes with nothing, which Flush
+// takes as success. Flush then forgets its messages, so a writer may call
+// it as often as it likes while queueing (see writer.queued): the batch is
+// held once, encoded, instead of as the library's messages and then as
+// the buffer a sendmsg needs (at 150k pods, 37 MB twice at the first
+// sync's peak). flush (below) hands over the rest and sends the batch in
+// one sendmsg, its pages as an iovec each, and reads the kernel's replies
+// itself. The option is documented for testing, and this leans on how
+// Flush and nltest consume replies (as of google/nftables v0.3.0 and
+// mdlayher/netlink v1.11): the kernel tests go through its commit,
+// refused message and stale generation paths, so an upgrade that changes
+// them fails there.
 //
-// The rewrite:
+// What the batch holds beyond the library's messages:
 //
 //   - With an expected generation, the begin message gets NFNL_BATCH_GENID
 //     (u32, big endian), as nft's mnl_batch_begin sends it.
@@ -157,26 +155,23 @@ func ReadGeneration(nl *netlink.Conn) (uint32, error) {
 //     generation. The kernel also echoes the objects that one message
 //     changed (at most the new table for Apply, whose first message adds
 //     the table; for Update one message's set elements or one chain's
-//     rules at most); roundTrip drops every such notification. A marker message of no effect would
-//     be cheaper, but the kernel refuses non-batch messages such as GETGEN
-//     inside a batch (EINVAL), and every batch message changes something.
-//     The NEWGEN reaches the socket before any ack, since the kernel acks
-//     after committing; roundTrip keeps its generation and never passes it
-//     on.
+//     rules at most); replies drops every such notification. A marker
+//     message of no effect would be cheaper, but the kernel refuses
+//     non-batch messages such as GETGEN inside a batch (EINVAL), and every
+//     batch message changes something. The NEWGEN reaches the socket
+//     before any ack, since the kernel acks after committing.
+//   - Every message gets a sequence number of its own, unique in the
+//     process (the library's restart with each Flush).
 //
 // The messages go without NLM_F_ACK: the kernel then answers only the
 // messages it refuses (a batch refused as a whole gets one error addressed
 // to the begin message; a stale generation is ERESTART), and the NEWGEN
-// echo says the batch committed. Flush still waits for an ack per message,
-// which on a plain socket would block forever. But the kernel processes a
-// batch synchronously inside sendmsg, so every reply is queued on the
-// socket before the first Receive (nft's mnl_batch_talk relies on the same,
-// reading the replies with a zero select timeout). roundTrip therefore
-// passes on the queued replies and, once the socket is empty, answers
-// io.EOF, which nltest's connection turns into an empty reply and
-// receiveAckAware accepts: Flush returns the error the kernel sent, if any.
-// Should the socket run dry with neither an error nor the NEWGEN, roundTrip
-// reports that rather than letting Flush take silence for success.
+// echo says the batch committed. The kernel processes a batch
+// synchronously inside sendmsg, so every reply is queued on the socket
+// when sendmsg returns (nft's mnl_batch_talk relies on the same, reading
+// the replies with a zero select timeout): replies reads until the socket
+// is empty. Should it run dry with neither an error nor the NEWGEN, that
+// is reported rather than taken for success.
 type batchTransport struct {
 	c   *Conn
 	gen uint32 // expected generation; 0: unchecked
@@ -187,13 +182,17 @@ type batchTransport struct {
 	// tableUserdataAttr); nil: none.
 	tableUserdata []byte
 
+	// pages hold the batch's messages so far, encoded one after the
+	// other (a message may span two pages: the kernel copies the whole
+	// sendmsg into one buffer); messages counts them.
+	pages    [][]byte
+	messages int
+	keepErr  error // a batch that cannot be sent
+
 	nl        *netlink.Conn // the real socket, from the send until close
 	batchSeq  uint32        // sequence number of the begin message as sent
-	sendErr   error         // the batch never reached the kernel
 	refusal   error         // the kernel's error addressed to the batch as a whole
-	failed    bool          // the kernel reported an error
 	broken    bool          // the socket failed (not a reply): close it after the batch
-	dry       bool          // every queued reply has been read
 	committed uint32        // the generation from the NEWGEN echo; 0: none seen
 }
 
@@ -210,24 +209,107 @@ func (c *Conn) newBatchConn(gen uint32) (*nftables.Conn, *batchTransport, error)
 
 func (t *batchTransport) roundTrip(req []netlink.Message) ([]netlink.Message, error) {
 	if req != nil {
-		if err := t.send(req); err != nil {
-			t.sendErr = err
+		if err := t.keep(req); err != nil {
+			t.keepErr = err
 			// nltest returns this from the next Receive.
 			return nil, err
 		}
 		return nil, nil
 	}
-	return t.receive()
+	// Nothing was sent, so nothing answers. nltest's connection turns
+	// io.EOF into an empty reply, which Flush's receiveAckAware accepts.
+	return nil, io.EOF
 }
 
-func (t *batchTransport) send(req []netlink.Message) error {
+// keep encodes the messages of one library Flush (begin and end left out:
+// flush sends its own) into the batch.
+func (t *batchTransport) keep(req []netlink.Message) error {
 	if t.nl != nil {
-		return errors.New("batch transport used for a second send")
+		return errors.New("batch transport: messages after the send")
 	}
 	if len(req) < 2 || req[0].Header.Type != netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN) ||
 		req[len(req)-1].Header.Type != netlink.HeaderType(unix.NFNL_MSG_BATCH_END) {
 		return errors.New("batch transport: not a batch")
 	}
+	for _, m := range req[1 : len(req)-1] {
+		m = withTableUserdata(m, t.tableUserdata)
+		// No ack and no echo per message: the kernel reports failures
+		// anyway, and the NEWGEN echo confirms the commit. The library
+		// asks for an ack on every message and an echo of every rule (to
+		// learn rule handles, which we never use): at 10k policies ~100k
+		// replies to build, receive and drop, 28 MB of them echoes;
+		// dropping the acks took that batch from 5.5 to 4.1 s.
+		m.Header.Flags &^= netlink.Acknowledge | netlink.Echo
+		if t.messages == 0 {
+			m.Header.Flags |= netlink.Echo
+		}
+		m.Header.PID = 0 // the socket's
+		m.Header.Sequence = batchSequence.Add(1)
+		t.append(m)
+		t.messages++
+	}
+	return nil
+}
+
+// Pages of the batch: the first is small, as most batches are (a pod
+// event's is a few kB); each next one twice the last, up to the largest.
+const (
+	firstBatchPage = 16 << 10
+	largestPage    = 4 << 20
+)
+
+// append encodes m at the end of the batch.
+func (t *batchTransport) append(m netlink.Message) {
+	n := nlmsgAlign(nlmsgHeaderLen + len(m.Data))
+	var h [nlmsgHeaderLen]byte
+	binary.NativeEndian.PutUint32(h[0:], uint32(n))
+	binary.NativeEndian.PutUint16(h[4:], uint16(m.Header.Type))
+	binary.NativeEndian.PutUint16(h[6:], uint16(m.Header.Flags))
+	binary.NativeEndian.PutUint32(h[8:], m.Header.Sequence)
+	binary.NativeEndian.PutUint32(h[12:], m.Header.PID)
+	t.write(h[:])
+	t.write(m.Data)
+	var pad [4]byte
+	t.write(pad[:n-nlmsgHeaderLen-len(m.Data)])
+}
+
+func (t *batchTransport) write(b []byte) {
+	for len(b) > 0 {
+		last := len(t.pages) - 1
+		if last < 0 || len(t.pages[last]) == cap(t.pages[last]) {
+			size := largestPage
+			if last < 0 {
+				size = firstBatchPage
+			} else if c := 2 * cap(t.pages[last]); c < size {
+				size = c
+			}
+			t.pages = append(t.pages, make([]byte, 0, size))
+			last++
+		}
+		p := t.pages[last]
+		k := copy(p[len(p):cap(p)], b)
+		t.pages[last] = p[:len(p)+k]
+		b = b[k:]
+	}
+}
+
+// control encodes a batch begin or end message.
+func control(typ uint16, seq uint32, attrs []byte) []byte {
+	data := append(nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES), attrs...)
+	n := nlmsgAlign(nlmsgHeaderLen + len(data))
+	b := make([]byte, n)
+	binary.NativeEndian.PutUint32(b[0:], uint32(n))
+	binary.NativeEndian.PutUint16(b[4:], typ)
+	binary.NativeEndian.PutUint16(b[6:], uint16(netlink.Request))
+	binary.NativeEndian.PutUint32(b[8:], seq)
+	copy(b[nlmsgHeaderLen:], data)
+	return b
+}
+
+// send sends the batch kept so far, between a begin message (with the
+// expected generation, if any) and an end message, in one sendmsg, and
+// lets go of it: the kernel has its own copy.
+func (t *batchTransport) send() error {
 	if t.guard != nil {
 		gen, err := t.guard()
 		if err != nil {
@@ -235,75 +317,32 @@ func (t *batchTransport) send(req []netlink.Message) error {
 		}
 		t.gen = gen
 	}
-	begin := req[0]
+	var genAttr []byte
 	if t.gen != 0 {
 		ae := netlink.NewAttributeEncoder()
 		ae.ByteOrder = binary.BigEndian
 		ae.Uint32(unix.NFNL_BATCH_GENID, t.gen)
-		attrs, err := ae.Encode()
-		if err != nil {
+		var err error
+		if genAttr, err = ae.Encode(); err != nil {
 			return err
 		}
-		begin.Data = append(slices.Clip(begin.Data), attrs...)
-		begin.Header.Length = 0 // the socket sets it
 	}
-	msgs := append([]netlink.Message{begin}, req[1:]...)
-	for i := range msgs {
-		msgs[i] = withTableUserdata(msgs[i], t.tableUserdata)
-		msgs[i].Header.PID = 0 // nltest's; the socket sets its own
-		// No ack and no echo per message: the kernel reports failures
-		// anyway, and the NEWGEN echo below confirms the commit. The
-		// library asks for an ack on every message and an echo of every
-		// rule (to learn rule handles, which we never use): at 10k policies
-		// ~100k replies to build, receive and drop, 28 MB of them echoes;
-		// dropping the acks took that batch from 5.5 to 4.1 s.
-		msgs[i].Header.Flags &^= netlink.Acknowledge | netlink.Echo
-	}
-	if len(msgs) > 2 {
-		msgs[1].Header.Flags |= netlink.Echo
-	}
+	t.batchSeq = batchSequence.Add(1)
+	iov := make([][]byte, 0, len(t.pages)+2)
+	iov = append(iov, control(unix.NFNL_MSG_BATCH_BEGIN, t.batchSeq, genAttr))
+	iov = append(iov, t.pages...)
+	iov = append(iov, control(unix.NFNL_MSG_BATCH_END, batchSequence.Add(1), nil))
+	t.pages = nil
 	nl, err := t.c.batchSocket()
 	if err != nil {
 		return err
 	}
 	t.nl = nl
-	buf := marshalBatch(msgs)
-	t.batchSeq = msgs[0].Header.Sequence
-	if err := sendBatch(nl, buf); err != nil {
+	if err := sendBatch(nl, iov); err != nil {
+		t.broken = true
 		return fmt.Errorf("send batch: %w", err)
 	}
 	return nil
-}
-
-// marshalBatch encodes a batch into one buffer of exactly its size, as one
-// sendmsg needs it. netlink.Conn.SendMessages would encode each message
-// into a buffer of its own and append them all to a growing one: at 10k
-// policies, two extra copies of a batch of tens of MB at the peak of a
-// full apply. Messages without a sequence number get one.
-func marshalBatch(msgs []netlink.Message) []byte {
-	size := 0
-	for _, m := range msgs {
-		size += nlmsgAlign(nlmsgHeaderLen + len(m.Data))
-	}
-	buf := make([]byte, size)
-	off := 0
-	for i := range msgs {
-		m := &msgs[i]
-		if m.Header.Sequence == 0 {
-			m.Header.Sequence = batchSequence.Add(1)
-		}
-		n := nlmsgAlign(nlmsgHeaderLen + len(m.Data))
-		m.Header.Length = uint32(n)
-		b := buf[off : off+n]
-		binary.NativeEndian.PutUint32(b[0:], m.Header.Length)
-		binary.NativeEndian.PutUint16(b[4:], uint16(m.Header.Type))
-		binary.NativeEndian.PutUint16(b[6:], uint16(m.Header.Flags))
-		binary.NativeEndian.PutUint32(b[8:], m.Header.Sequence)
-		binary.NativeEndian.PutUint32(b[12:], m.Header.PID)
-		copy(b[nlmsgHeaderLen:], m.Data)
-		off += n
-	}
-	return buf
 }
 
 const nlmsgHeaderLen = 16
@@ -312,15 +351,20 @@ func nlmsgAlign(n int) int { return (n + 3) &^ 3 }
 
 var batchSequence atomic.Uint32
 
-// sendBatch writes buf to the kernel in one sendmsg on nl's socket.
-func sendBatch(nl *netlink.Conn, buf []byte) error {
+// sendBatch writes the buffers, one after the other, to the kernel in one
+// sendmsg on nl's socket. There may be at most UIO_MAXIOV (1024) of them:
+// pages of up to largestPage make that a batch of 4 GB.
+func sendBatch(nl *netlink.Conn, iov [][]byte) error {
+	if len(iov) > 1024 {
+		return fmt.Errorf("a batch of %d pages: more than a sendmsg takes", len(iov))
+	}
 	raw, err := nl.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	err = raw.Write(func(fd uintptr) bool {
-		serr = unix.Sendto(int(fd), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		_, serr = unix.SendmsgBuffers(int(fd), iov, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
 		return serr != unix.EAGAIN // wait for the socket to take it
 	})
 	if err != nil {
@@ -329,55 +373,42 @@ func sendBatch(nl *netlink.Conn, buf []byte) error {
 	return serr
 }
 
-func (t *batchTransport) receive() ([]netlink.Message, error) {
-	if t.nl == nil || t.sendErr != nil || t.dry {
-		return nil, io.EOF
-	}
+// replies reads every reply the kernel queued for the batch: the errors of
+// the messages it refused, joined, and the generation it announced.
+func (t *batchTransport) replies() error {
+	var errs error
 	for {
 		queued, err := replyQueued(t.nl)
 		if err != nil {
-			t.dry = true
-			return nil, err
+			return errors.Join(errs, err)
 		}
 		if !queued {
-			t.dry = true
-			if !t.failed && t.committed == 0 {
-				return nil, errors.New("the kernel neither refused the batch nor announced its commit")
+			if errs == nil && t.committed == 0 {
+				return errors.New("the kernel neither refused the batch nor announced its commit")
 			}
-			return nil, io.EOF
+			return errs
 		}
 		msgs, err := t.nl.Receive()
 		if err != nil {
-			t.failed = true
+			errs = errors.Join(errs, err)
 			var oe *netlink.OpError
 			if !errors.As(err, &oe) || oe.Err == unix.ENOBUFS {
 				t.broken = true // not a reply: the socket is not to be reused
+				return errs
 			}
-			if errors.As(err, &oe) {
-				if oe.Sequence == t.batchSeq && t.refusal == nil {
-					t.refusal = oe.Err
-				}
-				// nltest's connection wraps what we return in an OpError
-				// of its own, as the real one does with the errno.
-				err = oe.Err
+			if oe.Sequence == t.batchSeq && t.refusal == nil {
+				t.refusal = oe.Err
 			}
-			return nil, err
+			continue
 		}
-		var acks []netlink.Message
 		for _, m := range msgs {
-			switch {
-			case m.Header.Type == newGenType:
+			if m.Header.Type == newGenType {
 				if gen, err := genOf(m); err == nil {
 					t.committed = gen
 				}
-			case m.Header.Type>>8 == unix.NFNL_SUBSYS_NFTABLES:
-				// Another notification: none is asked for.
-			default:
-				acks = append(acks, m)
 			}
-		}
-		if len(acks) > 0 {
-			return acks, nil
+			// Anything else is a notification of what one message
+			// changed (see above): none is asked for.
 		}
 	}
 }
@@ -414,7 +445,7 @@ func replyQueued(nl *netlink.Conn) (bool, error) {
 func (t *batchTransport) close() {
 	switch {
 	case t.nl == nil:
-	case t.sendErr != nil || t.broken:
+	case t.broken:
 		t.nl.Close()
 	default:
 		t.c.releaseBatchSocket(t.nl)
@@ -472,15 +503,25 @@ func (c *Conn) releaseBatchSocket(nl *netlink.Conn) {
 }
 
 // flush sends the batch queued on nl through t. It returns the generation
-// the kernel announced for the commit, or 0 if it announced none. The error
-// is the library's, with ErrGenerationChanged added when the kernel refused
-// the batch for a stale generation.
+// the kernel announced for the commit, or 0 if it announced none (a batch
+// of no message is not sent). The error says what the kernel refused,
+// with ErrGenerationChanged added when it refused the batch for a stale
+// generation; a guard's error is returned as it is.
 func (t *batchTransport) flush(nl *nftables.Conn) (uint32, error) {
-	err := nl.Flush()
-	t.close()
-	if t.sendErr != nil {
-		return 0, t.sendErr
+	if err := nl.Flush(); err != nil { // the rest of the messages, to keep
+		if t.keepErr != nil {
+			return 0, t.keepErr
+		}
+		return 0, err
 	}
+	if t.messages == 0 {
+		return 0, nil
+	}
+	err := t.send()
+	if err == nil {
+		err = t.replies()
+	}
+	t.close()
 	if err != nil {
 		if t.gen != 0 && errors.Is(t.refusal, unix.ERESTART) {
 			return 0, fmt.Errorf("%w: expected generation %d: %w", ErrGenerationChanged, t.gen, err)

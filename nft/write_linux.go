@@ -114,6 +114,9 @@ type writer struct {
 	chains map[string]*nftables.Chain
 	sets   map[string]*nftables.Set
 	stats  BatchStats
+	// handedOver: stats.Messages when the library's messages were last
+	// handed over to tx (queued).
+	handedOver int
 }
 
 func (c *Conn) newWriter(table string, gen uint32) (*writer, error) {
@@ -317,6 +320,9 @@ func (b *writer) addRules(ch *Chain) error {
 		}
 		b.nl.AddRule(nr)
 		b.stats.Messages++
+		if err := b.queued(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -427,7 +433,32 @@ func (b *writer) elements(ns *nftables.Set, elems []nftables.SetElement, add boo
 			return err
 		}
 		b.stats.Messages++
+		if err := b.queued(); err != nil {
+			return err
+		}
 		elems = elems[n:]
+	}
+	return nil
+}
+
+// handOverEvery is how many messages the library may hold before queued
+// hands them over to the transport: a few hundred kB of them.
+const handOverEvery = 256
+
+// queued is called after each message queued in loops: every
+// handOverEvery messages, it hands the library's messages over to the
+// batch (batchTransport.keep), which holds them encoded, so that the
+// batch is not held twice.
+func (b *writer) queued() error {
+	if b.stats.Messages-b.handedOver < handOverEvery {
+		return nil
+	}
+	b.handedOver = b.stats.Messages
+	if err := b.nl.Flush(); err != nil {
+		if b.tx.keepErr != nil {
+			return b.tx.keepErr
+		}
+		return err
 	}
 	return nil
 }
