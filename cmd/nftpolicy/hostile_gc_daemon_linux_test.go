@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nftpolicy/nftpolicy/internal/testbin"
 	"github.com/nftpolicy/nftpolicy/internal/testns"
@@ -33,12 +34,21 @@ func TestHostileGCDaemonKeepsGOGC(t *testing.T) {
 			}
 			d := startDaemon(t, "--manifests", dir, "--node", "node-1", "--netns", ns, "--metrics-addr", addr)
 			d.waitGeneration(t, 0)
-			got, ok := scrape(t, addr)["go_gc_gogc_percent"]
-			if !ok {
-				t.Skip("the Go collector does not export go_gc_gogc_percent")
-			}
-			if tc.want == -1 && got >= 1<<63 {
-				got = -1 // runtime/metrics gives "off" as an unsigned -1
+			// The steady target follows the first sync within a tick of
+			// releaseAfterFirstSync: wait for it, then hold it to want.
+			var got float64
+			for range 100 {
+				v, ok := scrape(t, addr)["go_gc_gogc_percent"]
+				if !ok {
+					t.Skip("the Go collector does not export go_gc_gogc_percent")
+				}
+				if got = v; tc.want == -1 && got >= 1<<63 {
+					got = -1 // runtime/metrics gives "off" as an unsigned -1
+				}
+				if got == tc.want {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 			if got != tc.want {
 				t.Errorf("GOGC=%q: the daemon runs with a collector target of %v, want %v", tc.env, got, tc.want)

@@ -15,7 +15,7 @@ import (
 // value the runtime reads as the default), collectorTarget leaves the
 // collector target the runtime took from it, and its log says so; with
 // GOGC unset (or empty, which the runtime reads as unset) it applies
-// daemonGCPercent, and its log says which target applies too.
+// firstSyncGCPercent, and its log says which target applies too.
 func TestHostileGCTargetHonoursGOGC(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(prev)
@@ -28,7 +28,7 @@ func TestHostileGCTargetHonoursGOGC(t *testing.T) {
 		{"off", -1, -1},
 		{"100", 100, 100},
 		{"200", 200, 200},
-		{"", 100, daemonGCPercent},
+		{"", 100, firstSyncGCPercent},
 	} {
 		t.Run(fmt.Sprintf("GOGC=%q", tc.env), func(t *testing.T) {
 			t.Setenv("GOGC", tc.env)

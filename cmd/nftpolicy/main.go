@@ -203,11 +203,12 @@ func apply(cfg *config, log *zap.Logger) error {
 }
 
 // releaseAfterFirstSync hands the memory of the first sync back to the
-// kernel once it is done. Decoding the whole cluster and writing the whole
-// table is a peak (at 10k policies, a few hundred MB) the daemon never
-// reaches again, and the Go runtime would otherwise return it only
-// gradually, leaving the node's memory accounting showing the peak.
-func releaseAfterFirstSync(ctx context.Context, s *enforcer.Syncer) {
+// kernel once it is done, and sets the steady collector target.
+// Decoding the whole cluster and writing the whole table is a peak (at
+// 10k policies, a few hundred MB) the daemon never reaches again, and the
+// Go runtime would otherwise return it only gradually, leaving the node's
+// memory accounting showing the peak.
+func releaseAfterFirstSync(ctx context.Context, s *enforcer.Syncer, log *zap.Logger) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -217,6 +218,7 @@ func releaseAfterFirstSync(ctx context.Context, s *enforcer.Syncer) {
 		case <-tick.C:
 			if gen, _ := s.Status(); gen > 0 {
 				debug.FreeOSMemory()
+				steadyCollectorTarget(log)
 				return
 			}
 		}
@@ -334,7 +336,7 @@ func runDaemon(cfg *config, log *zap.Logger) error {
 		}
 		updates = watchManifests(ctx, cfg, log, src, programmed, tampered)
 	}
-	go releaseAfterFirstSync(ctx, s)
+	go releaseAfterFirstSync(ctx, s, log)
 	// Run returns an error (ErrOwned) when another daemon started with this
 	// one and wrote the table first: exit 1, as when started second.
 	if err := s.Run(ctx, updates, enforcer.Timing{

@@ -18,28 +18,46 @@ import (
 const memoryLimitShare = 0.8
 
 // daemonGCPercent is the daemon's collector target (GOGC) once its
-// informers have synced: the heap may grow by half its live data between
-// collections, not by all of it as by Go's default (100). The daemon's
-// heap peaks once, at the first sync, with the decoded cluster, the
-// compiled table and the batch alive at once, and most of its allocations
-// then are garbage within the second. Afterwards a pod event allocates
-// about 1 MB, so a collection every hundred events or so costs nothing to
-// speak of. During the informers' first list the heap is still small and
-// the collector's extra work would take CPU from decoding (and, on a
-// shared machine, from the API server), so the default holds until then.
-// At 150k pods and 10k policies (hack/bench/scale, one run each, the same
-// cluster): GOGC=50 from the start peaked at 600 MB and was programmed
-// 22.0 s after start, GOGC=100 throughout 756 MB and 20.1 s.
+// first sync is done: the heap may grow by half its live data between
+// collections, not by all of it as by Go's default (100). Afterwards a
+// pod event allocates about 1 MB, so a collection every hundred events or
+// so costs nothing to speak of. During the informers' first list the
+// heap is still small and the collector's extra work would take CPU from
+// decoding (and, on a shared machine, from the API server), so the
+// default holds until then. At 150k pods and 10k policies
+// (hack/bench/scale, one run each, the same cluster): GOGC=50 from the
+// start peaked at 600 MB and was programmed 22.0 s after start, GOGC=100
+// throughout 756 MB and 20.1 s.
 const daemonGCPercent = 50
 
-// collectorTarget sets daemonGCPercent, unless GOGC says otherwise.
+// firstSyncGCPercent is the collector target from the informers' sync to
+// the end of the first sync, the daemon's peak: the decoded cluster, the
+// compiler's state, the table and the batch alive at once, with most of
+// what the compile allocates garbage within the second. Collecting when
+// the heap has grown by a quarter of that, not a half, keeps the peak
+// lower for a little more collector work, once (docs/performance.md,
+// "Round six").
+const firstSyncGCPercent = 25
+
+// collectorTarget sets firstSyncGCPercent, unless GOGC says otherwise;
+// steadyCollectorTarget then sets daemonGCPercent.
 func collectorTarget(log *zap.Logger) {
 	if v := os.Getenv("GOGC"); v != "" { // empty is unset, to Go too
 		log.Info("collector target from GOGC", zap.String("GOGC", v))
 		return
 	}
+	debug.SetGCPercent(firstSyncGCPercent)
+	log.Info("collector target", zap.Int("GOGC", firstSyncGCPercent), zap.String("why", "the first sync is the daemon's peak; GOGC sets another"))
+}
+
+// steadyCollectorTarget sets daemonGCPercent once the first sync is done,
+// unless GOGC says otherwise.
+func steadyCollectorTarget(log *zap.Logger) {
+	if os.Getenv("GOGC") != "" {
+		return
+	}
 	debug.SetGCPercent(daemonGCPercent)
-	log.Info("collector target", zap.Int("GOGC", daemonGCPercent), zap.String("why", "the first sync is the daemon's peak; GOGC sets another"))
+	log.Info("collector target", zap.Int("GOGC", daemonGCPercent), zap.String("why", "first sync done"))
 }
 
 // limitMemory makes the Go garbage collector hold the heap under the

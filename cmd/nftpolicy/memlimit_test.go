@@ -66,19 +66,28 @@ func TestCgroupMemoryLimit(t *testing.T) {
 	}
 }
 
-// TestCollectorTarget: the daemon halves Go's default collector target,
-// and GOGC, when set, wins.
+// TestCollectorTarget: the daemon collects at firstSyncGCPercent until
+// its first sync is done and at daemonGCPercent after, and GOGC, when
+// set, wins throughout.
 func TestCollectorTarget(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(prev)
 	t.Setenv("GOGC", "")
 	collectorTarget(zap.NewNop())
+	if got := debug.SetGCPercent(100); got != firstSyncGCPercent {
+		t.Errorf("GOGC unset: the collector target until the first sync is %d, want %d", got, firstSyncGCPercent)
+	}
+	steadyCollectorTarget(zap.NewNop())
 	if got := debug.SetGCPercent(100); got != daemonGCPercent {
-		t.Errorf("GOGC unset: the collector target is %d, want %d", got, daemonGCPercent)
+		t.Errorf("GOGC unset: the collector target after the first sync is %d, want %d", got, daemonGCPercent)
 	}
 	t.Setenv("GOGC", "100")
 	collectorTarget(zap.NewNop())
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC=100: the collector target is %d, want 100", got)
+	}
+	steadyCollectorTarget(zap.NewNop())
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=100: the collector target after the first sync is %d, want 100", got)
 	}
 }
