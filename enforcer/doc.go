@@ -22,6 +22,13 @@
 // it in one pass over its ranges (editRanges), which also yields the
 // exact change the writer sends.
 //
+// Every node plans every policy of the cluster, since a pod of any
+// namespace may be its peer: its selector, its chains' names, the peer
+// and named-port sets its rules use and what it cannot compile. Only a
+// policy that selects a pod of this node is active, and only then are
+// its chains' rules built (activate); most policies of a large cluster
+// select no pod of a given node.
+//
 // # Layout
 //
 // One inet table holds IPv4 and IPv6. Its base chain filter-forward runs on

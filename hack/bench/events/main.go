@@ -121,6 +121,7 @@ type config struct {
 	kinds                                     map[string]bool // the event kinds to measure; all when empty
 	viaRun                                    bool
 	cpuProfile                                string
+	heapProfile                               string
 }
 
 func run() int {
@@ -132,6 +133,7 @@ func run() int {
 	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
 	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured events (not the first sync) to this file")
+	flag.StringVar(&cfg.heapProfile, "heapprofile", "", "write a heap profile, taken after the first sync and a collection, to this file: what the compiler and its table hold (the snapshot included)")
 	flag.Func("kinds", "comma-separated event kinds to measure (as the tables name them, e.g. \"namespace label change,policy edit\"); all when not given", func(v string) error {
 		cfg.kinds = map[string]bool{}
 		for _, k := range strings.Split(v, ",") {
@@ -243,6 +245,19 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	runtime.ReadMemStats(&ms)
 	fmt.Fprintf(out, "table: %d chains, %d rules, %d sets, %d elements; Go heap in use after it %.1f MB\n",
 		len(first.Table.Chains), rules, len(first.Table.Sets), elements, float64(ms.HeapInuse)/1e6)
+	if cfg.heapProfile != "" {
+		f, err := os.Create(cfg.heapProfile)
+		if err != nil {
+			return err
+		}
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
 
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
