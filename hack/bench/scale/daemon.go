@@ -33,10 +33,12 @@ type daemon struct {
 	done    chan struct{} // closed once the process has exited
 	waitErr error         // its exit status, once done
 
-	peak     atomic.Uint64 // largest VmRSS sampled, bytes
-	peakAt   atomic.Int64  // when it was sampled, nanoseconds after start
-	stopOnce sync.Once
-	sampled  chan struct{} // closed once the sampler has stopped
+	peak   atomic.Uint64 // largest VmRSS sampled, bytes
+	peakAt atomic.Int64  // when it was sampled, nanoseconds after start
+	// peakSince is the largest VmRSS sampled since resetPeakSince.
+	peakSince atomic.Uint64
+	stopOnce  sync.Once
+	sampled   chan struct{} // closed once the sampler has stopped
 }
 
 // startDaemon starts bin run against kubeconfig in netns, its log to
@@ -87,9 +89,14 @@ func (d *daemon) sample() {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if rss, _, err := d.memory(); err == nil && rss > d.peak.Load() {
-			d.peak.Store(rss)
-			d.peakAt.Store(int64(time.Since(d.start)))
+		if rss, _, err := d.memory(); err == nil {
+			if rss > d.peak.Load() {
+				d.peak.Store(rss)
+				d.peakAt.Store(int64(time.Since(d.start)))
+			}
+			if rss > d.peakSince.Load() {
+				d.peakSince.Store(rss)
+			}
 		}
 		select {
 		case <-d.done:
@@ -100,6 +107,12 @@ func (d *daemon) sample() {
 }
 
 func (d *daemon) peakRSS() uint64 { return d.peak.Load() }
+
+// resetPeakSince starts a new largest VmRSS for peakRSSSince.
+func (d *daemon) resetPeakSince() { d.peakSince.Store(0) }
+
+// peakRSSSince is the largest VmRSS sampled since resetPeakSince.
+func (d *daemon) peakRSSSince() uint64 { return d.peakSince.Load() }
 
 // peakRSSAt is when the largest VmRSS was sampled, after start.
 func (d *daemon) peakRSSAt() time.Duration { return time.Duration(d.peakAt.Load()) }

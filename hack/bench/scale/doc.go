@@ -98,7 +98,10 @@
 //     ready; hwm_mb: VmHWM at the end; rss_peak_mb: the largest VmRSS of
 //     those sampled every 100 ms from start to end, and rss_peak_at_s when
 //     (seconds after start: against start_to_programmed_s, whether the
-//     peak was the informers' list or the first sync);
+//     peak was the informers' list or the first sync); rss_events_mb: the
+//     largest of those sampled while the events ran, after rss_mb (the
+//     collector lets the heap grow between collections as events
+//     allocate, so this is where the daemon sits under churn);
 //   - heap_mb: go_memstats_heap_inuse_bytes of the daemon's /metrics at
 //     the same time as rss_mb (heap_alloc_mb: go_memstats_heap_alloc_bytes);
 //   - api_rx_mb: the bytes the API server sent the daemon until ready

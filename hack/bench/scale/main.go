@@ -140,6 +140,7 @@ type results struct {
 	round                                        int           // from 1
 	toProgrammed, toReady, rssPeakAt             time.Duration
 	rss, hwm, rssPeak, heapInuse, heapAlloc      uint64 // bytes
+	rssEvents                                    uint64 // the largest VmRSS sampled while the events ran
 	rxReady, rxTotal                             int64
 	metrics                                      map[string]float64 // the daemon's, at the steady reading
 	events                                       []kindResult
@@ -380,6 +381,7 @@ func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results
 		fmt.Fprintf(out, "heap profile: %s (go tool pprof -sample_index=inuse_space %s)\n", heapProfile, heapProfile)
 	}
 
+	d.resetPeakSince()
 	ev := &eventRunner{ctx: ctx, client: b.client, k: kern, d: d, gap: cfg.gap, out: out, daemonRun: k}
 	if res.events, err = ev.run(b.plan); err != nil {
 		return err
@@ -389,8 +391,9 @@ func (b *bencher) runDaemon(ctx context.Context, k int, bin string, res *results
 		return err
 	}
 	res.rssPeak, res.rssPeakAt = d.peakRSS(), d.peakRSSAt()
+	res.rssEvents = d.peakRSSSince()
 	res.rxTotal = proxy.Received()
-	fmt.Fprintf(out, "end: VmHWM %s MB, largest VmRSS sampled %s MB (%.1f s after start), from the API server %s MB in all\n", mb(res.hwm), mb(res.rssPeak), res.rssPeakAt.Seconds(), mb(uint64(res.rxTotal)))
+	fmt.Fprintf(out, "end: VmHWM %s MB, largest VmRSS sampled %s MB (%.1f s after start), %s MB while the events ran; from the API server %s MB in all\n", mb(res.hwm), mb(res.rssPeak), res.rssPeakAt.Seconds(), mb(res.rssEvents), mb(uint64(res.rxTotal)))
 	if err := d.Exited(); err != nil {
 		return err
 	}
@@ -521,6 +524,7 @@ func (r *results) summary() string {
 		fmt.Sprintf("local_pods=%d", r.localPods),
 		"rss_peak_mb=" + mb(r.rssPeak),
 		fmt.Sprintf("rss_peak_at_s=%.2f", r.rssPeakAt.Seconds()),
+		"rss_events_mb=" + mb(r.rssEvents),
 		"heap_alloc_mb=" + mb(r.heapAlloc),
 		"api_rx_total_mb=" + mb(uint64(r.rxTotal)),
 		fmt.Sprintf("create_s=%.0f", r.createTime.Seconds()),
