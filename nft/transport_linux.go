@@ -170,8 +170,8 @@ func ReadGeneration(nl *netlink.Conn) (uint32, error) {
 // synchronously inside sendmsg, so every reply is queued on the socket
 // when sendmsg returns (nft's mnl_batch_talk relies on the same, reading
 // the replies with a zero select timeout): replies reads until the socket
-// is empty. Should it run dry with neither an error nor the NEWGEN, that
-// is reported rather than taken for success.
+// is empty. A batch that changed nothing gets neither an error nor the
+// NEWGEN: the kernel commits nothing.
 type batchTransport struct {
 	c   *Conn
 	gen uint32 // expected generation; 0: unchecked
@@ -374,30 +374,52 @@ func sendBatch(nl *netlink.Conn, iov [][]byte) error {
 }
 
 // replies reads every reply the kernel queued for the batch: the errors of
-// the messages it refused, joined, and the generation it announced.
+// the messages it refused, and the generation it announced. Silence, with
+// neither, is a batch that changed nothing: the kernel commits nothing and
+// announces no generation (the same element added twice, an empty chain
+// flushed), and flush's caller reads the current one.
+//
+// A batch refused message by message may have tens of thousands of
+// refusals: the error names the first maxRefusals and counts the rest
+// (joining each to all the ones before took minutes to print at 80k).
+// Should they overflow the socket's receive buffer (ENOBUFS: the kernel
+// dropped the rest), the ones queued before are still read, so the error
+// still names what was refused; the socket is then closed, not reused.
 func (t *batchTransport) replies() error {
-	var errs error
+	var refused []error
+	more := 0
+	var lost error
 	for {
 		queued, err := replyQueued(t.nl)
 		if err != nil {
-			return errors.Join(errs, err)
+			if errors.Is(err, unix.ENOBUFS) && lost == nil {
+				lost, t.broken = err, true
+				continue
+			}
+			t.broken = true
+			return errors.Join(append(refused, err)...)
 		}
 		if !queued {
-			if errs == nil && t.committed == 0 {
-				return errors.New("the kernel neither refused the batch nor announced its commit")
-			}
-			return errs
+			break
 		}
 		msgs, err := t.nl.Receive()
 		if err != nil {
-			errs = errors.Join(errs, err)
 			var oe *netlink.OpError
-			if !errors.As(err, &oe) || oe.Err == unix.ENOBUFS {
+			switch {
+			case errors.As(err, &oe) && oe.Err == unix.ENOBUFS && lost == nil:
+				lost, t.broken = err, true
+				continue
+			case !errors.As(err, &oe) || oe.Err == unix.ENOBUFS:
 				t.broken = true // not a reply: the socket is not to be reused
-				return errs
+				return errors.Join(append(refused, err)...)
 			}
 			if oe.Sequence == t.batchSeq && t.refusal == nil {
 				t.refusal = oe.Err
+			}
+			if len(refused) < maxRefusals {
+				refused = append(refused, err)
+			} else {
+				more++
 			}
 			continue
 		}
@@ -411,7 +433,17 @@ func (t *batchTransport) replies() error {
 			// changed (see above): none is asked for.
 		}
 	}
+	if more > 0 {
+		refused = append(refused, fmt.Errorf("and %d more refused messages", more))
+	}
+	if lost != nil {
+		refused = append(refused, fmt.Errorf("more refusals than the socket could hold were dropped: %w", lost))
+	}
+	return errors.Join(refused...)
 }
+
+// maxRefusals is how many of the kernel's refusals a batch's error names.
+const maxRefusals = 20
 
 // replyQueued reports, without waiting, whether a datagram is queued on the
 // socket. A pending socket error (ENOBUFS: replies were lost) is returned:
@@ -465,10 +497,38 @@ func (c *Conn) batchSocket() (*netlink.Conn, error) {
 		return nl, nil
 	}
 	nl, err := c.dialLarge()
-	if err == nil {
-		c.ports.add(nl.PID())
+	if err != nil {
+		return nil, err
 	}
-	return nl, err
+	if err := capAcks(nl); err != nil {
+		nl.Close()
+		return nil, err
+	}
+	c.ports.add(nl.PID())
+	return nl, nil
+}
+
+// capAcks asks the kernel to leave the refused message out of each error
+// it sends on nl (NETLINK_CAP_ACK): a refusal is then its
+// errno and the refused message's header, ~36 bytes, not a copy of the
+// whole message. A batch refused message by message (a kernel without an
+// expression that thousands of rules use) otherwise filled the receive
+// buffer at about 100k refusals of ~750 bytes, and the replies that said
+// why were dropped. The socket asks for no extended acks, whose
+// attributes mdlayher/netlink v1.11 would look for past the whole refused
+// message, not past its header, in a capped error.
+func capAcks(nl *netlink.Conn) error {
+	raw, err := nl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // releaseBatchSocket parks a socket whose batch is done for the next one,
