@@ -562,16 +562,25 @@ func (c *Conn) releaseBatchSocket(nl *netlink.Conn) {
 	}
 }
 
+// handOver hands the messages nl holds over to the batch (keep), so that
+// the library lets go of them.
+func (t *batchTransport) handOver(nl *nftables.Conn) error {
+	if err := nl.Flush(); err != nil {
+		if t.keepErr != nil {
+			return t.keepErr
+		}
+		return err // the library's own: a message it could not encode
+	}
+	return nil
+}
+
 // flush sends the batch queued on nl through t. It returns the generation
 // the kernel announced for the commit, or 0 if it announced none (a batch
 // of no message is not sent). The error says what the kernel refused,
 // with ErrGenerationChanged added when it refused the batch for a stale
 // generation; a guard's error is returned as it is.
 func (t *batchTransport) flush(nl *nftables.Conn) (uint32, error) {
-	if err := nl.Flush(); err != nil { // the rest of the messages, to keep
-		if t.keepErr != nil {
-			return 0, t.keepErr
-		}
+	if err := t.handOver(nl); err != nil { // the rest of the messages
 		return 0, err
 	}
 	if t.messages == 0 {

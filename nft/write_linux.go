@@ -454,11 +454,5 @@ func (b *writer) queued() error {
 		return nil
 	}
 	b.handedOver = b.stats.Messages
-	if err := b.nl.Flush(); err != nil {
-		if b.tx.keepErr != nil {
-			return b.tx.keepErr
-		}
-		return err
-	}
-	return nil
+	return b.tx.handOver(b.nl)
 }
