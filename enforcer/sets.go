@@ -463,17 +463,17 @@ func mergeRanges(lists ...[]nft.Element) []nft.Element {
 	less := func(i, j int) bool { return heads[i][0].Addr.Less(heads[j][0].Addr) }
 	down := func(i int) {
 		for {
-			min := i
+			least := i
 			for _, c := range [2]int{2*i + 1, 2*i + 2} {
-				if c < len(heads) && less(c, min) {
-					min = c
+				if c < len(heads) && less(c, least) {
+					least = c
 				}
 			}
-			if min == i {
+			if least == i {
 				return
 			}
-			heads[i], heads[min] = heads[min], heads[i]
-			i = min
+			heads[i], heads[least] = heads[least], heads[i]
+			i = least
 		}
 	}
 	for i := len(heads)/2 - 1; i >= 0; i-- {
