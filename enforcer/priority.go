@@ -91,7 +91,8 @@ func (s *Syncer) forwardPriority(fresh bool) (prio, was int32, err error) {
 const DefaultPriority int32 = -5
 
 // ChoosePriority picks the priority of our forward chain from the base chains
-// already on the forward hook in other tables: strictly ahead of every filter
+// already on the forward hook in other tables (our handover table, see
+// nft.HandoverTable, is ours): strictly ahead of every filter
 // chain, and never equal to any chain's priority (equal priorities run in
 // registration order, which is undefined in practice).
 func ChoosePriority(others []nft.BaseChain, ourTable string) (int32, error) {
@@ -99,7 +100,7 @@ func ChoosePriority(others []nft.BaseChain, ourTable string) (int32, error) {
 	p := int64(DefaultPriority)
 	var first *nft.BaseChain
 	for i, c := range others {
-		if c.Family == nft.FamilyInet && c.Table == ourTable {
+		if nft.OursOrHandover(c, ourTable) {
 			continue
 		}
 		taken[int64(c.Priority)] = true
@@ -149,7 +150,7 @@ func CheckPriority(p int32, others []nft.BaseChain, ourTable string) []string {
 	sorted := append([]nft.BaseChain(nil), others...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Priority < sorted[j].Priority })
 	for _, c := range sorted {
-		if c.Family == nft.FamilyInet && c.Table == ourTable {
+		if nft.OursOrHandover(c, ourTable) {
 			continue
 		}
 		switch {

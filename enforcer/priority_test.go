@@ -34,6 +34,10 @@ func TestChoosePriority(t *testing.T) {
 			chainAt(nft.FamilyIPv4, "mangle", "route", -113),
 		}, want: -112},
 		{name: "our own table is ignored", others: []nft.BaseChain{chainAt(nft.FamilyInet, "nftpolicy", "filter", -50)}, want: DefaultPriority},
+		// A whole write goes through the handover table at our priority:
+		// counting it as another chain moved ours at every write.
+		{name: "our handover table is ignored", others: []nft.BaseChain{chainAt(nft.FamilyInet, "nftpolicy-handover", "filter", -50)}, want: DefaultPriority},
+		{name: "another family's table of that name is not ours", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "nftpolicy-handover", "filter", -50)}, want: -51},
 		{name: "mangle at -150 is not a filter chain", others: []nft.BaseChain{chainAt(nft.FamilyIPv4, "mangle", "filter", -150)}, want: -151},
 		// Conntrack is not on the forward hook: a chain at or below -200
 		// there is just another chain to be ahead of.

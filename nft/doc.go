@@ -22,11 +22,14 @@
 //
 // # Applying
 //
-// Conn.Apply writes a whole table in one netlink batch, encoded exactly as
-// nft encodes the same text (checked by the kernel tests, which list both
-// with `nft list table` and diff them). The kernel commits a batch as one
-// transaction, so packets see the old table or the new one, never a mix,
-// and a refused batch leaves the old table in place. The daemon writes a
+// Conn.Apply writes a whole table, encoded exactly as nft encodes the
+// same text (checked by the kernel tests, which list both with `nft list
+// table` and diff them). The kernel commits a batch as one transaction,
+// and a refused batch leaves the old table in place; but the interval
+// sets a batch creates are filled only after its rules are in force
+// (handover_linux.go), so a whole table that replaces one in force goes
+// through a dormant handover table (HandoverTable) in three batches, and
+// packets see the old table or the new one, never a mix. The daemon writes a
 // whole table with Conn.ApplyGuarded, which reads the table's owner record
 // (see Owner) right before the batch goes and lets the caller refuse it.
 //

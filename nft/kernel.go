@@ -31,10 +31,14 @@ type TableState struct {
 
 // BatchStats counts what one batch held.
 type BatchStats struct {
-	Full            bool // the whole table was replaced
-	Messages        int  // netlink messages in the batch, without begin and end
-	ChainsWritten   int  // chains added or rewritten
-	ElementsAdded   int  // encoded set elements (an interval is two)
+	Full bool // the whole table was replaced
+	// Handover: the whole table was replaced through the handover table
+	// (see HandoverTable), in three batches; the other counts are those of
+	// the batch that wrote our table.
+	Handover        bool
+	Messages        int // netlink messages in the batch, without begin and end
+	ChainsWritten   int // chains added or rewritten
+	ElementsAdded   int // encoded set elements (an interval is two)
 	ElementsDeleted int
 	// Generation is the ruleset generation the batch created, as the kernel
 	// announced it for this very commit; for a batch that changed nothing,
@@ -42,4 +46,16 @@ type BatchStats struct {
 	// one passed in). Pass it to the next WriteDeltaAt (or ApplyAt), which
 	// the kernel refuses if anyone committed in between.
 	Generation uint32
+}
+
+// HandoverTable is the name of the inet table that carries the new state
+// while the inet table name is replaced whole (see Conn.Apply): it exists
+// only during such a write, or after one that stopped half way, which the
+// next whole write of name, or its deletion, clears.
+func HandoverTable(name string) string { return name + "-handover" }
+
+// OursOrHandover reports whether a base chain is one of the inet table
+// name's, or of its handover table's.
+func OursOrHandover(c BaseChain, name string) bool {
+	return c.Family == FamilyInet && (c.Table == name || c.Table == HandoverTable(name))
 }

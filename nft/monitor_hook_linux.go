@@ -11,7 +11,7 @@ var newChainType = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MS
 
 // ForwardChains signals, without blocking the Monitor, each commit that
 // added a base chain on the forward hook to another table (of the ip, ip6
-// or inet family), and each loss of notifications, which may have hidden
+// or inet family; our handover table is ours), and each loss of notifications, which may have hidden
 // one. Such a chain may take our forward chain's priority slot or run
 // ahead of it (see enforcer.ChoosePriority); the reader re-resolves the
 // priority. Signals coalesce: one receive may stand for several chains.
@@ -58,7 +58,7 @@ func (m *Monitor) noteChain(msg netlink.Message) {
 		m.notifyForward()
 		return
 	}
-	if forward && !(fam == unix.NFPROTO_INET && table == m.table) {
+	if forward && !(fam == unix.NFPROTO_INET && (table == m.table || table == HandoverTable(m.table))) {
 		m.notifyForward()
 	}
 }

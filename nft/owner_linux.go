@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 
@@ -18,11 +17,12 @@ import (
 
 // Table comments and owner records.
 //
-// google/nftables v0.3.0's Table has no user data, so a table's comment is
-// added by the batchTransport to each NEWTABLE message it sends, encoded
-// as nft encodes `table inet t { comment "x"; }`: an NFTA_TABLE_USERDATA
-// attribute holding libnftnl's NFTNL_UDATA_TABLE_COMMENT TLV (type 0, one
-// byte of length, the string with its NUL). The kernel takes a table's
+// google/nftables v0.3.0's Table has no user data, so the writer encodes
+// the NEWTABLE message that creates our table itself (writer.addTable),
+// with the comment as nft encodes `table inet t { comment "x"; }`: an
+// NFTA_TABLE_USERDATA attribute holding libnftnl's
+// NFTNL_UDATA_TABLE_COMMENT TLV (type 0, one byte of length, the string
+// with its NUL). The kernel takes a table's
 // user data only when it creates the table (nf_tables_updtable ignores it),
 // which is why a record changes only with a whole-table write.
 
@@ -37,6 +37,7 @@ const (
 var (
 	newTableType = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWTABLE)
 	getTableType = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETTABLE)
+	delTableType = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELTABLE)
 )
 
 // tableUserdataAttr encodes comment as the NFTA_TABLE_USERDATA attribute
@@ -54,39 +55,12 @@ func tableUserdataAttr(comment string) ([]byte, error) {
 	return ae.Encode()
 }
 
-// withTableUserdata returns msg with attr appended if it creates a table.
-func withTableUserdata(msg netlink.Message, attr []byte) netlink.Message {
-	if attr == nil || msg.Header.Type != newTableType {
-		return msg
-	}
-	msg.Data = append(slices.Clip(msg.Data), attr...)
-	msg.Header.Length = 0 // the batch encoder sets it
-	return msg
-}
-
 // TableComment returns the comment of the inet table name, "" if it has
 // none; ErrNoTable if the table does not exist.
 func (c *Conn) TableComment(name string) (string, error) {
-	nl, err := c.dial()
-	if err != nil {
-		return "", fmt.Errorf("read table inet %s: netlink: %w", name, err)
-	}
-	defer nl.Close()
-	ae := netlink.NewAttributeEncoder()
-	ae.String(unix.NFTA_TABLE_NAME, name)
-	attrs, err := ae.Encode()
+	msgs, err := c.getTable(name)
 	if err != nil {
 		return "", err
-	}
-	msgs, err := nl.Execute(netlink.Message{
-		Header: netlink.Header{Type: getTableType, Flags: netlink.Request | netlink.Acknowledge},
-		Data:   append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...),
-	})
-	if errors.Is(err, unix.ENOENT) {
-		return "", fmt.Errorf("read table inet %s: %w", name, ErrNoTable)
-	}
-	if err != nil {
-		return "", fmt.Errorf("read table inet %s: %w", name, err)
 	}
 	for _, m := range msgs {
 		if m.Header.Type != newTableType || len(m.Data) < 4 {
@@ -109,6 +83,33 @@ func (c *Conn) TableComment(name string) (string, error) {
 		return comment, nil
 	}
 	return "", fmt.Errorf("read table inet %s: the kernel sent no table", name)
+}
+
+// getTable asks the kernel for the inet table name; ErrNoTable if there
+// is none.
+func (c *Conn) getTable(name string) ([]netlink.Message, error) {
+	nl, err := c.dial()
+	if err != nil {
+		return nil, fmt.Errorf("read table inet %s: netlink: %w", name, err)
+	}
+	defer nl.Close()
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_TABLE_NAME, name)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := nl.Execute(netlink.Message{
+		Header: netlink.Header{Type: getTableType, Flags: netlink.Request | netlink.Acknowledge},
+		Data:   append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...),
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("read table inet %s: %w", name, ErrNoTable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read table inet %s: %w", name, err)
+	}
+	return msgs, nil
 }
 
 // ApplyGuarded is Apply for a writer that must not overwrite a table it
@@ -160,11 +161,13 @@ func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool
 		return fmt.Errorf("delete table inet %s: netlink: %w", name, err)
 	}
 	tx.guard = c.guard(name, check)
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
 	// Adding first makes the delete succeed whether or not the table
-	// exists (see Delete).
-	nl.AddTable(table)
-	nl.DelTable(table)
+	// exists (see Delete); the handover table goes too.
+	for _, n := range []string{name, HandoverTable(name)} {
+		table := &nftables.Table{Family: nftables.TableFamilyINet, Name: n}
+		nl.AddTable(table)
+		nl.DelTable(table)
+	}
 	if _, err := tx.flush(nl); err != nil {
 		return fmt.Errorf("delete table inet %s: %w", name, err)
 	}

@@ -178,9 +178,6 @@ type batchTransport struct {
 	// guard, if set, replaces gen right before the send, or cancels the
 	// batch with its error (see Conn.ApplyGuarded).
 	guard func() (uint32, error)
-	// tableUserdata is added to each NEWTABLE message (see
-	// tableUserdataAttr); nil: none.
-	tableUserdata []byte
 
 	// pages hold the batch's messages so far, encoded one after the
 	// other (a message may span two pages: the kernel copies the whole
@@ -232,23 +229,27 @@ func (t *batchTransport) keep(req []netlink.Message) error {
 		return errors.New("batch transport: not a batch")
 	}
 	for _, m := range req[1 : len(req)-1] {
-		m = withTableUserdata(m, t.tableUserdata)
-		// No ack and no echo per message: the kernel reports failures
-		// anyway, and the NEWGEN echo confirms the commit. The library
-		// asks for an ack on every message and an echo of every rule (to
-		// learn rule handles, which we never use): at 10k policies ~100k
-		// replies to build, receive and drop, 28 MB of them echoes;
-		// dropping the acks took that batch from 5.5 to 4.1 s.
-		m.Header.Flags &^= netlink.Acknowledge | netlink.Echo
-		if t.messages == 0 {
-			m.Header.Flags |= netlink.Echo
-		}
-		m.Header.PID = 0 // the socket's
-		m.Header.Sequence = batchSequence.Add(1)
-		t.append(m)
-		t.messages++
+		t.add(m)
 	}
 	return nil
+}
+
+// add encodes one message at the end of the batch. No ack and no echo per
+// message: the kernel reports failures anyway, and the NEWGEN echo, asked
+// for by the first message, confirms the commit. The library asks for an
+// ack on every message and an echo of every rule (to learn rule handles,
+// which we never use): at 10k policies ~100k replies to build, receive
+// and drop, 28 MB of them echoes; dropping the acks took that batch from
+// 5.5 to 4.1 s.
+func (t *batchTransport) add(m netlink.Message) {
+	m.Header.Flags &^= netlink.Acknowledge | netlink.Echo
+	if t.messages == 0 {
+		m.Header.Flags |= netlink.Echo
+	}
+	m.Header.PID = 0 // the socket's
+	m.Header.Sequence = batchSequence.Add(1)
+	t.append(m)
+	t.messages++
 }
 
 // Pages of the batch: the first is small, as most batches are (a pod

@@ -33,35 +33,6 @@ func (c *Conn) ApplyAt(t *Table, gen uint32) (BatchStats, error) {
 	return c.apply(t, gen, nil)
 }
 
-// apply is ApplyAt; a guard, if any, gives the generation to check
-// against right before the batch is sent, or cancels it (see
-// ApplyGuarded). The table's comment goes into each message creating it.
-func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchStats, error) {
-	if t.Family != FamilyInet {
-		return BatchStats{}, fmt.Errorf("apply table %s %s: only inet tables are supported", t.Family, t.Name)
-	}
-	b, err := c.newWriter(t.Name, gen)
-	if err != nil {
-		return BatchStats{}, fmt.Errorf("apply table %s %s: netlink: %w", t.Family, t.Name, err)
-	}
-	b.tx.guard = guard
-	if b.tx.tableUserdata, err = tableUserdataAttr(t.Comment); err != nil {
-		return BatchStats{}, fmt.Errorf("apply table %s %s: %w", t.Family, t.Name, err)
-	}
-	b.stats.Full = true
-	b.nl.AddTable(b.table)
-	b.nl.DelTable(b.table)
-	b.nl.AddTable(b.table)
-	b.stats.Messages += 3
-	if err := b.writeTable(t); err != nil {
-		return BatchStats{}, fmt.Errorf("apply table %s %s: %w", t.Family, t.Name, err)
-	}
-	if err := b.flush(fmt.Sprintf("apply table %s %s", t.Family, t.Name)); err != nil {
-		return BatchStats{}, err
-	}
-	return b.stats, nil
-}
-
 // Update moves the kernel from old, the table as last programmed through
 // this package, to new, in one batch holding only what changed: new and
 // deleted chains and sets, rewritten chains, and added and deleted set
@@ -151,7 +122,8 @@ func (b *writer) flush(op string) error {
 	return nil
 }
 
-// Delete removes the table. A table that does not exist is not an error.
+// Delete removes the table, and its handover table if a whole write left
+// one (see HandoverTable). A table that does not exist is not an error.
 func (c *Conn) Delete(family Family, name string) error {
 	if family != FamilyInet {
 		return fmt.Errorf("delete table %s %s: only inet tables are supported", family, name)
@@ -160,11 +132,14 @@ func (c *Conn) Delete(family Family, name string) error {
 	if err != nil {
 		return fmt.Errorf("delete table %s %s: netlink: %w", family, name, err)
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
 	// Adding first makes the delete succeed whether or not the table exists,
-	// in one transaction, as `nft add table; nft delete table` would.
-	nl.AddTable(table)
-	nl.DelTable(table)
+	// in one transaction, as `nft add table; nft delete table` would. A
+	// handover table left by a whole write that stopped half way goes too.
+	for _, n := range []string{name, HandoverTable(name)} {
+		table := &nftables.Table{Family: nftables.TableFamilyINet, Name: n}
+		nl.AddTable(table)
+		nl.DelTable(table)
+	}
 	if _, err := tx.flush(nl); err != nil {
 		return fmt.Errorf("delete table %s %s: %w", family, name, err)
 	}
