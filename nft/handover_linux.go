@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -248,4 +250,106 @@ func (t *Table) hasIntervalSet() bool {
 		}
 	}
 	return false
+}
+
+// A staging holds what a delta creates ahead of it: its interval sets,
+// and, empty, the new chains their verdicts jump to (nothing reaches
+// them but those sets, which nothing looks up yet).
+type staging struct {
+	sets   []*Set
+	chains []string
+}
+
+// stagedSets splits the interval sets d creates off d: they are written
+// ahead of it, in a batch of their own (stageSets), so that they are
+// filled by the time the rules of d look them up. The chains stay in d,
+// which fills them.
+func stagedSets(d *Delta) (staging, *Delta) {
+	var st staging
+	var rest []*Set
+	for _, s := range d.AddSets {
+		if s.Interval {
+			st.sets = append(st.sets, s)
+		} else {
+			rest = append(rest, s)
+		}
+	}
+	if len(st.sets) == 0 {
+		return st, d
+	}
+	targets := map[string]bool{}
+	for _, s := range st.sets {
+		if s.Verdict {
+			for _, e := range s.All() {
+				if e.Verdict.Chain != "" {
+					targets[e.Verdict.Chain] = true
+				}
+			}
+		}
+	}
+	for _, ch := range d.AddChains {
+		if targets[ch.Name] && ch.Hook == nil {
+			st.chains = append(st.chains, ch.Name)
+		}
+	}
+	out := *d
+	out.AddSets = rest
+	return st, &out
+}
+
+// stageSets creates st in the inet table name, sets with their elements,
+// in one batch checked against gen: nothing looks the sets up yet, so the
+// batch changes no verdict. Each set is created anew even if a staging
+// whose delta then failed left it behind, so that it holds exactly its
+// elements.
+func (c *Conn) stageSets(op, table string, st staging, gen uint32) (BatchStats, error) {
+	b, err := c.newWriter(table, gen)
+	if err != nil {
+		return BatchStats{}, fmt.Errorf("%s: netlink: %w", op, err)
+	}
+	for _, name := range st.chains {
+		if err := b.addChain(&Chain{Name: name}); err != nil {
+			return BatchStats{}, err
+		}
+	}
+	for _, s := range st.sets {
+		// Adding first makes the delete succeed whether or not the set
+		// exists.
+		stale := &nftables.Set{Table: b.table, Name: s.Name, KeyType: keyDatatype(s.Key), IsMap: s.Verdict,
+			Interval: s.Interval, Concatenation: s.protoPortMap(), KeyByteOrder: binaryutil.BigEndian}
+		if s.Verdict {
+			stale.DataType = nftables.TypeVerdict
+		}
+		if err := b.nl.AddSet(stale, nil); err != nil {
+			return BatchStats{}, fmt.Errorf("%s: set %s: %w", op, s.Name, err)
+		}
+		b.nl.DelSet(stale)
+		b.stats.Messages += 2
+		if err := b.addSet(s); err != nil {
+			return BatchStats{}, fmt.Errorf("%s: set %s: %w", op, s.Name, err)
+		}
+	}
+	if err := b.flush(op + " (its new interval sets, ahead of it)"); err != nil {
+		return BatchStats{}, err
+	}
+	return b.stats, nil
+}
+
+// dropStaged deletes what stageSets created in the inet table name,
+// unchecked, and ignores a failure: it is for a delta that the kernel
+// refused after its staging; left behind, a drift check counts it.
+func (c *Conn) dropStaged(table string, st staging) {
+	b, err := c.newWriter(table, 0)
+	if err != nil {
+		return
+	}
+	for _, s := range st.sets {
+		b.nl.DelSet(&nftables.Set{Table: b.table, Name: s.Name})
+		b.stats.Messages++
+	}
+	for _, name := range st.chains {
+		b.nl.DelChain(&nftables.Chain{Table: b.table, Name: name})
+		b.stats.Messages++
+	}
+	b.flush("drop staged sets")
 }

@@ -275,3 +275,101 @@ func TestKernelWholeWriteRecoversAHalfDoneHandover(t *testing.T) {
 		t.Errorf("a write with no table in force: handover %v, %v; want one batch", st.Handover, err)
 	}
 }
+
+// withSetName is t with its set, and every lookup of it, renamed.
+func withSetName(t *Table, name string) *Table {
+	s := *t.Sets[0]
+	s.Name = name
+	out := *t
+	out.Sets = []*Set{&s}
+	ch := *t.Chains[0]
+	ch.Rules = nil
+	for _, r := range t.Chains[0].Rules {
+		var exprs []Expr
+		for _, e := range r.Exprs {
+			if in, ok := e.(AddrInSet); ok {
+				in.Set = name
+				e = in
+			}
+			exprs = append(exprs, e)
+		}
+		ch.Rules = append(ch.Rules, Rule{Exprs: exprs})
+	}
+	out.Chains = []*Chain{&ch}
+	return &out
+}
+
+// A delta that moves the rules to a new interval set, and back, while
+// packets ask it: the new set must be filled before the rules look it up.
+// In the delta's own batch, it was not, with as many blocks and leaks as
+// a whole write.
+func TestKernelDeltaCreatingAnIntervalSetIsAtomic(t *testing.T) {
+	ns, c := openTestNS(t)
+	for _, a := range []netip.Addr{allowedAddr, deniedAddr} {
+		testns.Exec(t, ns, "", "ip", "addr", "add", a.String()+"/32", "dev", "lo")
+	}
+	testns.Exec(t, ns, "", "ip", "link", "set", "lo", "up")
+	tables := []*Table{intervalTable(20000, ""), withSetName(intervalTable(20000, ""), "s2")}
+	st, err := c.Apply(tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := st.Generation
+	v := startVerdictCounter(t, ns)
+	const writes = 10
+	for i := range writes {
+		old, new := tables[i%2], tables[(i+1)%2]
+		st, err := c.WriteDeltaAt(Diff(old, new), new, gen)
+		if err != nil {
+			v.finish()
+			t.Fatal(err)
+		}
+		if st.Staged != 1 {
+			t.Errorf("write %d staged %d sets, want 1", i, st.Staged)
+		}
+		gen = st.Generation
+	}
+	v.finish()
+	t.Logf("%d packets sent over %d deltas", v.sent.Load(), writes)
+	if b, l := v.blocks.Load(), v.leaks.Load(); b != 0 || l != 0 || v.sent.Load() == 0 {
+		t.Errorf("while the rules moved between interval sets, %d of %d packets they allow were dropped and %d they drop got through", b, v.sent.Load(), l)
+	}
+	if d, err := c.Drift(tables[writes%2]); d != "" || err != nil {
+		t.Errorf("after the deltas: drift %q, %v", d, err)
+	}
+
+	// A delta the kernel refuses after its sets were staged (a jump to a
+	// chain that does not exist) leaves no staged set behind.
+	old := tables[writes%2]
+	broken := withSetName(old, "s3")
+	// With an interval verdict map, staged with the new chain it jumps to.
+	broken.Sets = append(broken.Sets, &Set{Name: "m", Key: KeyIPv4, Interval: true, Verdict: true,
+		Elements: []Element{{Addr: deniedAddr, Verdict: Verdict{Kind: Jump, Chain: "leaf"}}}})
+	broken.Chains = append(broken.Chains, &Chain{Name: "leaf", Rules: []Rule{{Exprs: []Expr{Verdict{Kind: Drop}}}}})
+	broken.Chains[0].Rules = append(broken.Chains[0].Rules,
+		Rule{Exprs: []Expr{AddrVmap{Family: IPv4, Field: Daddr, Map: "m"}}},
+		Rule{Exprs: []Expr{Verdict{Kind: Jump, Chain: "no-such-chain"}}})
+	if _, err := c.WriteDeltaAt(Diff(old, broken), broken, gen); err == nil || errors.Is(err, ErrGenerationChanged) {
+		t.Fatalf("a delta jumping to a missing chain: %v, want the kernel's refusal", err)
+	}
+	if d, err := c.Drift(old); d != "" || err != nil {
+		t.Errorf("after a refused delta: drift %q, %v", d, err)
+	}
+	// One at a stale generation stages nothing.
+	new := tables[(writes+1)%2]
+	if _, err := c.WriteDeltaAt(Diff(old, new), new, gen-1); !errors.Is(err, ErrGenerationChanged) {
+		t.Fatalf("a delta at a stale generation: %v, want ErrGenerationChanged", err)
+	}
+	if d, err := c.Drift(old); d != "" || err != nil {
+		t.Errorf("after a delta at a stale generation: drift %q, %v", d, err)
+	}
+	if gen, err = c.Generation(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteDeltaAt(Diff(old, new), new, gen); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Drift(new); d != "" || err != nil {
+		t.Errorf("after the retry: drift %q, %v", d, err)
+	}
+}

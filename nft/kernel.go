@@ -35,7 +35,11 @@ type BatchStats struct {
 	// Handover: the whole table was replaced through the handover table
 	// (see HandoverTable), in three batches; the other counts are those of
 	// the batch that wrote our table.
-	Handover        bool
+	Handover bool
+	// Staged counts the interval sets a delta created in a batch of their
+	// own, ahead of the rules that look them up (see Conn.WriteDeltaAt);
+	// ElementsAdded counts their elements.
+	Staged          int
 	Messages        int // netlink messages in the batch, without begin and end
 	ChainsWritten   int // chains added or rewritten
 	ElementsAdded   int // encoded set elements (an interval is two)

@@ -57,6 +57,12 @@ func (c *Conn) UpdateAt(old, new *Table, gen uint32) (BatchStats, error) {
 // An empty delta sends nothing and reads nothing: BatchStats.Generation is
 // gen itself, since the kernel holds what it held at gen whatever others
 // committed since; a stale gen is found by the next delta that writes.
+//
+// The interval sets the delta creates go first, filled, in a batch of
+// their own checked against gen (see handover_linux.go: in the delta's
+// batch, its rules would see them empty); the delta then goes checked
+// against the generation that batch created. If the delta fails, the
+// staged sets are deleted again.
 func (c *Conn) WriteDeltaAt(d *Delta, new *Table, gen uint32) (BatchStats, error) {
 	if d.Full {
 		return c.ApplyAt(new, gen)
@@ -64,14 +70,33 @@ func (c *Conn) WriteDeltaAt(d *Delta, new *Table, gen uint32) (BatchStats, error
 	if d.Empty() {
 		return BatchStats{Generation: gen}, nil
 	}
+	op := "update table inet " + new.Name
+	staged, d := stagedSets(d)
 	b, err := c.newWriter(new.Name, gen)
 	if err != nil {
-		return BatchStats{}, fmt.Errorf("update table inet %s: netlink: %w", new.Name, err)
+		return BatchStats{}, fmt.Errorf("%s: netlink: %w", op, err)
 	}
 	if err := b.writeDelta(d, new); err != nil {
-		return BatchStats{}, fmt.Errorf("update table inet %s: %w", new.Name, err)
+		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := b.flush("update table inet " + new.Name); err != nil {
+	if len(staged.sets) > 0 {
+		// Encoded, the delta waits for its interval sets.
+		st, err := c.stageSets(op, new.Name, staged, gen)
+		if err != nil {
+			return BatchStats{}, err
+		}
+		if gen != 0 {
+			b.tx.gen = st.Generation
+		}
+		b.stats.ElementsAdded += st.ElementsAdded
+		b.stats.Staged = len(staged.sets)
+	}
+	if err := b.flush(op); err != nil {
+		if len(staged.sets) > 0 {
+			// Nothing looks the staged sets up: take them away again, so
+			// that the kernel holds the table last programmed.
+			c.dropStaged(new.Name, staged)
+		}
 		return BatchStats{}, err
 	}
 	return b.stats, nil
