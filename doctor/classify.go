@@ -3,6 +3,8 @@ package doctor
 import (
 	"sort"
 	"strings"
+
+	"github.com/nftpolicy/nftpolicy/nft"
 )
 
 // Components.
@@ -13,14 +15,18 @@ import (
 
 // Component names.
 const (
-	Nftpolicy   = "nftpolicy"
-	KubeProxy   = "kube-proxy"
-	Calico      = "Calico"
-	IptablesNft = "iptables-nft"
-	Ebtables    = "ebtables-nft"
-	Arptables   = "arptables-nft"
-	Firewalld   = "firewalld"
-	Other       = "other"
+	Nftpolicy = "nftpolicy"
+	// NftpolicyHandover is our handover table (nft.HandoverTable), which
+	// outlives a whole write only if the write stopped half way: the
+	// next whole write removes it.
+	NftpolicyHandover = "nftpolicy (handover table of a whole write that stopped half way)"
+	KubeProxy         = "kube-proxy"
+	Calico            = "Calico"
+	IptablesNft       = "iptables-nft"
+	Ebtables          = "ebtables-nft"
+	Arptables         = "arptables-nft"
+	Firewalld         = "firewalld"
+	Other             = "other"
 )
 
 // xtablesTables are the tables iptables-nft, ip6tables-nft, arptables-nft
@@ -55,6 +61,8 @@ func classify(t tableShape, ourTable string) string {
 	switch {
 	case t.family == "inet" && t.name == ourTable:
 		return Nftpolicy
+	case t.family == "inet" && t.name == nft.HandoverTable(ourTable):
+		return NftpolicyHandover
 	case name == "kube-proxy":
 		return KubeProxy
 	case name == "calico" || strings.HasPrefix(name, "calico-") || strings.HasPrefix(name, "calico_"):

@@ -39,7 +39,8 @@
 // Nothing in the kernel names a table's writer; the doctor goes by names
 // (classify):
 //
-//   - inet <--table> is ours (nftpolicy);
+//   - inet <--table> is ours (nftpolicy), and so is inet <--table>-handover,
+//     which a whole write that stopped half way left (the next one removes it);
 //   - a table named kube-proxy, of any family, is kube-proxy's nftables
 //     mode; one named calico (or calico-*) is Calico's nftables data
 //     plane; firewalld is firewalld;

@@ -298,7 +298,7 @@ func (r *Report) buildHooks(in *nft.Inspection, components map[string]string, ou
 			}
 			h.Chains = append(h.Chains, Chain{Priority: c.Hook.Priority, Family: t.Family, Table: t.Name, Chain: c.Name,
 				Type: c.Hook.Type, Policy: c.Hook.Policy, Component: components[t.Family+" "+t.Name],
-				Ours: t.Family == "inet" && t.Name == ourTable})
+				Ours: t.Family == "inet" && (t.Name == ourTable || t.Name == nft.HandoverTable(ourTable))})
 		}
 	}
 	// IP hooks first, in the order a forwarded packet meets them, then the
@@ -370,7 +370,7 @@ func (r *Report) buildMarks(in *nft.Inspection, components map[string]string, op
 		}
 	}
 	for _, t := range in.Tables {
-		if t.Family == "inet" && t.Name == opts.Table || len(t.Marks) == 0 {
+		if t.Family == "inet" && (t.Name == opts.Table || t.Name == nft.HandoverTable(opts.Table)) || len(t.Marks) == 0 {
 			continue
 		}
 		tm := TableMarks{Family: t.Family, Table: t.Name, Component: components[t.Family+" "+t.Name], Exact: []Hex{}, Uses: []Use{}}

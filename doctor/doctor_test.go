@@ -17,6 +17,8 @@ func TestClassify(t *testing.T) {
 		want  string
 	}{
 		{tableShape{family: "inet", name: "nftpolicy"}, Nftpolicy},
+		{tableShape{family: "inet", name: "nftpolicy-handover"}, NftpolicyHandover},
+		{tableShape{family: "ip", name: "nftpolicy-handover"}, Other},
 		{tableShape{family: "ip", name: "nftpolicy"}, Other},
 		{tableShape{family: "ip", name: "kube-proxy"}, KubeProxy},
 		{tableShape{family: "inet", name: "kube-proxy"}, KubeProxy},

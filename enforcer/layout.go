@@ -8,10 +8,12 @@ package enforcer
 //
 // A daemon never updates a table it did not write in this run by delta:
 // its first write after start (and any take-over or repair) replaces the
-// whole table in one transaction (nft.Conn.Apply: add, delete and create
-// the table, then every chain, set and rule, in one batch). So moving from
-// any layout to this one, older or newer, is one commit in the kernel, and
-// each packet sees the old table or the new one, never neither or half.
+// whole table (nft.Conn.Apply: the table deleted and created again with
+// every chain, set and rule; over a table in force with interval sets,
+// through a dormant handover table, see nft.HandoverTable). So moving
+// from any layout to this one, older or newer, leaves no moment without
+// a complete table in force, and each packet sees the old table or the
+// new one, never neither or half.
 // Raise Layout with any change of the above; nothing else needs to.
 //
 // Records without a version (Layout 0) were written before versions were

@@ -190,7 +190,7 @@ func (s *Syncer) judge(comment string, exists bool) error {
 	fields := []zap.Field{table, zap.String("owner", rec.ID()), zap.Time("ownerSince", rec.Since), zap.String("self", me.ID())}
 	if rec.Layout != me.Layout {
 		// The whole-table write that follows moves the kernel from the
-		// other layout to ours in one transaction (see Layout).
+		// other layout to ours without a gap (see Layout).
 		fields = append(fields, zap.Int("ownerLayout", rec.Layout), zap.Int("layout", me.Layout))
 	}
 	switch {

@@ -416,9 +416,10 @@ const churnEdits = 1000
 // 1,000 random edits of pod labels, namespace labels and policies, each
 // synced on its own through the daemon's Syncer (conntrack cleanup on),
 // while churnWorkers probe every pair of pods, both families, TCP and UDP,
-// with new connections. Every sync is one transaction in the kernel
-// (nft.Conn.Apply and WriteDeltaAt send one batch), so a packet sees the
-// state before or the state after; the test holds that to every probe.
+// with new connections. Every sync is one commit in the kernel in which
+// the rules switch (nft.Conn.WriteDeltaAt writes the interval sets a
+// delta creates ahead of it, see nft/handover_linux.go), so a packet sees
+// the state before or the state after; the test holds that to every probe.
 // Between edits, a random pause of up to 40ms lets probes start and end
 // inside a state.
 func TestChurnEditsUnderProbing(t *testing.T) {
@@ -473,9 +474,11 @@ func TestChurnEditsUnderProbing(t *testing.T) {
 // nftpolicy killed with SIGKILL and started again 10 times, every other
 // time with the policies edited while it was down, then moved to a build
 // of the previous table layout and back, while the prober runs. A daemon
-// that starts writes the whole table in one transaction, whatever the
-// kernel held (see enforcer.Layout), so the kernel holds the old state
-// until the new daemon's first commit and the new state from it.
+// that starts writes the whole table, whatever the kernel held (see
+// enforcer.Layout), through a dormant handover table (nft.HandoverTable),
+// so the kernel holds the old state until the new daemon's commits and
+// the new state from them. Written in one batch, interval sets empty
+// until the commit's end blocked a probe here once in CI.
 func TestChurnRestartsAndUpgradeUnderProbing(t *testing.T) {
 	ch := newChurn(t, churnSeed(t))
 	// Start from policies that allow some targets and deny others.
