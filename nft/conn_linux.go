@@ -31,6 +31,11 @@ type Conn struct {
 	closed bool
 
 	ports ownPorts // of the batch sockets, to tell our commits (see Monitor.Foreign)
+
+	// betweenBatches, set only by tests, runs after batch n (1 to 3) of
+	// a write through the handover table, for another writer to act
+	// between the batches at a known point.
+	betweenBatches func(n int)
 }
 
 // newQueryConn returns a fresh google/nftables connection in this Conn's

@@ -28,7 +28,7 @@
 // and a refused batch leaves the old table in place; but the interval
 // sets a batch creates are filled only after its rules are in force
 // (handover_linux.go), so a whole table that replaces one in force goes
-// through a dormant handover table (HandoverTable) in three batches, and
+// through a dormant handover table (HandoverTable) in four batches, and
 // packets see the old table or the new one, never a mix. The daemon writes a
 // whole table with Conn.ApplyGuarded, which reads the table's owner record
 // (see Owner) right before the batch goes and lets the caller refuse it.

@@ -35,17 +35,21 @@ import (
 //
 // Two writes avoid it:
 //   - A whole table replaced while the old one is in force goes through a
-//     handover table (HandoverTable), in three batches: the new state is
-//     written into the handover table, dormant (no base chain of a
-//     dormant table is on a hook, but its sets are committed); then the
-//     handover table is woken and ours replaced by the new state, dormant;
-//     then ours is woken and the handover table deleted. Waking a table
+//     handover table (HandoverTable), in four batches (see apply): the
+//     new state is written into the handover table, dormant (no base
+//     chain of a dormant table is on a hook, but its sets are
+//     committed); the handover table is woken and ours made dormant; the
+//     new state is written into ours, dormant; ours is woken and the
+//     handover table deleted. Waking a table
 //     puts its base chains on their hooks right away, before the commit,
 //     with the rules and sets an earlier batch committed: from the moment
 //     it is on the hooks, it is the whole new state. While the batch that
 //     wakes it runs, the old state is still there too, and a packet must
 //     pass both, which denies nothing both allow and allows nothing either
-//     denies. Nothing is ever left without a complete table in force.
+//     denies. Nothing is ever left without a complete table in force:
+//     the two batches that wake a table are checked against the
+//     generation of the batch that filled it, so that what they wake is
+//     what it wrote.
 //   - A delta that creates interval sets creates them, filled, in a batch
 //     of their own first, which no rule looks up yet (see stageSets).
 //
@@ -56,33 +60,11 @@ import (
 // tableFlagsOf reads the flags of the inet table name; exists is false if
 // there is none.
 func (c *Conn) tableFlagsOf(name string) (flags uint32, exists bool, err error) {
-	msgs, err := c.getTable(name)
+	info, err := c.tableInfo(name)
 	if errors.Is(err, ErrNoTable) {
 		return 0, false, nil
 	}
-	if err != nil {
-		return 0, false, err
-	}
-	for _, m := range msgs {
-		if m.Header.Type != newTableType || len(m.Data) < 4 {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-		if err != nil {
-			return 0, false, fmt.Errorf("read table inet %s: %w", name, err)
-		}
-		ad.ByteOrder = binary.BigEndian
-		for ad.Next() {
-			if ad.Type() == unix.NFTA_TABLE_FLAGS {
-				flags = ad.Uint32()
-			}
-		}
-		if err := ad.Err(); err != nil {
-			return 0, false, fmt.Errorf("read table inet %s: %w", name, err)
-		}
-		return flags, true, nil
-	}
-	return 0, false, fmt.Errorf("read table inet %s: the kernel sent no table", name)
+	return info.flags, err == nil, err
 }
 
 // live reports whether the inet table name exists and is not dormant: its
@@ -92,26 +74,84 @@ func (c *Conn) live(name string) (bool, error) {
 	return exists && flags&unix.NFT_TABLE_F_DORMANT == 0, err
 }
 
-// A replaceStep is one batch of a whole-table write.
+// handoverComment is the comment of every handover table we write: a
+// table under that name without it is another program's, which a write
+// neither takes for a half-done write of ours nor deletes.
+const handoverComment = "nftpolicy: the new state, in force while the table it is named after is replaced"
+
+// handover reads the handover table of the inet table name: its flags,
+// and whether it exists. An error wraps ErrHandoverNotOurs if it exists
+// without our comment.
+func (c *Conn) handover(name string) (flags uint32, exists bool, err error) {
+	h := HandoverTable(name)
+	info, err := c.tableInfo(h)
+	if errors.Is(err, ErrNoTable) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if info.comment != handoverComment {
+		return 0, true, fmt.Errorf("table inet %s, comment %q: %w: nftpolicy writes table inet %s whole through it, and leaves alone what it did not make (delete it if nothing uses it)",
+			h, info.comment, ErrHandoverNotOurs, name)
+	}
+	return info.flags, true, nil
+}
+
+// handoverGuard is guard followed by a new read of the handover table of
+// name, which refuses the batch if another program made one since apply
+// looked: read after the guard's generation, it is what the batch meets.
+// Without a guard, the batch is checked against a generation read before
+// apply looked, or not at all, and it is nil.
+func (c *Conn) handoverGuard(name string, guard func() (uint32, error)) func() (uint32, error) {
+	if guard == nil {
+		return nil
+	}
+	return func() (uint32, error) {
+		gen, err := guard()
+		if err != nil {
+			return 0, err
+		}
+		if _, _, err := c.handover(name); err != nil {
+			return 0, err
+		}
+		return gen, nil
+	}
+}
+
+// A replaceStep is one batch of a whole-table write, in this order.
 type replaceStep struct {
-	wake    string // a table to wake first ("": none)
-	name    string // the table recreated with the content ("": none)
-	dormant bool   // created dormant
-	comment []byte // its NFTA_TABLE_USERDATA attribute (nil: none)
+	wake    string // a table woken ("": none)
+	sleep   string // a table made dormant ("": none)
+	name    string // a table recreated with the content ("": none)
+	dormant bool   // name is created dormant
+	comment []byte // name's NFTA_TABLE_USERDATA attribute (nil: none)
 	drop    string // a table deleted if it exists ("": none)
 }
 
-// apply writes t whole. With no interval set in t, or no table in force
-// to protect (neither ours nor the handover table is awake), it is one
-// batch. Otherwise it goes through the handover table (see the top of this
-// file): three batches, or two when the handover table is already awake
-// (an earlier write stopped after its second batch), and the stats are
-// those of the batch that wrote our table, with the generation of the
-// last. The first batch is checked against gen, or the guard; the one
-// that replaces our table runs the guard again (or, with no guard but a
-// gen, is checked against the generation of the first); the last, which
-// only wakes our table and drops the handover table, is safe whatever
-// happened in between and is not checked.
+// apply writes t whole. With no interval set in t, or none of our tables
+// in force to protect, it is one batch. Otherwise it goes through the
+// handover table (see the top of this file), in four batches:
+//
+//  1. the new state into the handover table, dormant: checked against
+//     gen, or the guard;
+//  2. the handover table woken, ours made dormant: two messages, checked
+//     against the generation the first created, so that the table it
+//     wakes is the one the first wrote (if not, it is refused, the old
+//     state stays in force, and the handover table is taken away);
+//  3. the new state into ours, dormant: the guard runs again, or, with a
+//     gen, it is checked against the second's generation;
+//  4. ours woken, the handover table deleted: checked against the third's
+//     generation, so that what it wakes is what the third wrote.
+//
+// A write that stopped after the second leaves the handover table in
+// force and ours dormant: the next one does the last two. One refused at
+// the third or fourth returns the error with the new state in force (the
+// daemon's retry finishes it). The stats are those of the batch that
+// wrote our table, with the generation of the last.
+//
+// A handover table that is not ours (see handoverComment) refuses the
+// write, with an error wrapping ErrHandoverNotOurs.
 func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchStats, error) {
 	op := fmt.Sprintf("apply table %s %s", t.Family, t.Name)
 	if t.Family != FamilyInet {
@@ -122,7 +162,15 @@ func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchS
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
 	handover := HandoverTable(t.Name)
-	ours := replaceStep{name: t.Name, comment: comment, drop: handover}
+	hoFlags, hoExists, err := c.handover(t.Name)
+	if err != nil {
+		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
+	}
+	guard = c.handoverGuard(t.Name, guard)
+	ours := replaceStep{name: t.Name, comment: comment}
+	if hoExists {
+		ours.drop = handover
+	}
 	if !t.hasIntervalSet() {
 		return c.replace(op, t, ours, gen, guard)
 	}
@@ -130,35 +178,106 @@ func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchS
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
-	handoverLive, err := c.live(handover)
+	switch {
+	case hoExists && hoFlags&unix.NFT_TABLE_F_DORMANT == 0 && !oursLive:
+		// An earlier write stopped after its second batch.
+		return c.finishHandover(op, t, comment, gen, guard)
+	case !oursLive:
+		return c.replace(op, t, ours, gen, guard)
+	}
+	marker, err := tableUserdataAttr(handoverComment)
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if !oursLive && !handoverLive {
-		return c.replace(op, t, ours, gen, guard)
-	}
-	if !handoverLive {
-		st, err := c.replace(op, t, replaceStep{name: handover, dormant: true}, gen, guard)
-		if err != nil {
-			return BatchStats{}, fmt.Errorf("%w (writing table inet %s, dormant)", err, handover)
-		}
-		if guard == nil && gen != 0 {
-			gen = st.Generation
-		}
-		ours.wake = handover
-	}
-	ours.dormant, ours.drop = true, ""
-	stats, err := c.replace(op, t, ours, gen, guard)
+	first, err := c.replace(op, t, replaceStep{name: handover, dormant: true, comment: marker}, gen, guard)
 	if err != nil {
-		return BatchStats{}, fmt.Errorf("%w (writing it dormant, under table inet %s)", err, handover)
+		return BatchStats{}, fmt.Errorf("%w (writing table inet %s, dormant)", err, handover)
 	}
-	last, err := c.replace(op, nil, replaceStep{wake: t.Name, drop: handover}, 0, nil)
+	c.between(1)
+	second, err := c.replace(op, nil, replaceStep{wake: handover, sleep: t.Name}, first.Generation, nil)
+	if err != nil {
+		c.dropHandover(t.Name)
+		return BatchStats{}, fmt.Errorf("%w (waking table inet %s: the old state stays in force)", err, handover)
+	}
+	c.between(2)
+	if gen != 0 {
+		gen = second.Generation
+	}
+	stats, err := c.finishHandover(op, t, comment, gen, guard)
+	if errors.Is(err, errOursNotWritten) {
+		c.undoHandover(t.Name)
+		return BatchStats{}, fmt.Errorf("%w; the old state is back in force", err)
+	}
+	return stats, err
+}
+
+// errOursNotWritten marks a finishHandover refused before it wrote our
+// table, which still holds the old state, dormant.
+var errOursNotWritten = errors.New("our table still holds the old state")
+
+// finishHandover does the last two batches of a write through the
+// handover table, which is in force with the new state, over ours,
+// dormant: t into ours, dormant, checked against gen or the guard; then
+// ours woken and the handover table deleted, checked against the
+// generation of the first.
+func (c *Conn) finishHandover(op string, t *Table, comment []byte, gen uint32, guard func() (uint32, error)) (BatchStats, error) {
+	handover := HandoverTable(t.Name)
+	stats, err := c.replace(op, t, replaceStep{name: t.Name, dormant: true, comment: comment}, gen, guard)
+	if err != nil {
+		return BatchStats{}, fmt.Errorf("%w (writing it dormant, under table inet %s: %w)", err, handover, errOursNotWritten)
+	}
+	c.between(3)
+	last, err := c.replace(op, nil, replaceStep{wake: t.Name, drop: handover}, stats.Generation, nil)
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("%w (waking it; the new state is in force through table inet %s)", err, handover)
 	}
 	stats.Generation = last.Generation
 	stats.Handover = true
 	return stats, nil
+}
+
+func (c *Conn) between(n int) {
+	if c.betweenBatches != nil {
+		c.betweenBatches(n)
+	}
+}
+
+// dropHandover deletes the handover table of name if it is ours and
+// dormant, checked against the generation read before it is looked at;
+// a failure is ignored. It is for a write refused at its second batch,
+// whose first left the new state there.
+func (c *Conn) dropHandover(name string) {
+	gen, err := c.Generation()
+	if err != nil {
+		return
+	}
+	flags, exists, err := c.handover(name)
+	if err != nil || !exists || flags&unix.NFT_TABLE_F_DORMANT == 0 {
+		return
+	}
+	c.replace("drop the handover table", nil, replaceStep{drop: HandoverTable(name)}, gen, nil)
+}
+
+// undoHandover undoes the second batch of a write through the handover
+// table whose third was refused: ours, dormant with the old state, is
+// woken and the handover table deleted, checked against the generation
+// read before both are looked at; a failure is ignored (the new state
+// stays in force through the handover table, and the next whole write
+// finishes it).
+func (c *Conn) undoHandover(name string) {
+	gen, err := c.Generation()
+	if err != nil {
+		return
+	}
+	hoFlags, hoExists, err := c.handover(name)
+	if err != nil || !hoExists || hoFlags&unix.NFT_TABLE_F_DORMANT != 0 {
+		return
+	}
+	flags, exists, err := c.tableFlagsOf(name)
+	if err != nil || !exists || flags&unix.NFT_TABLE_F_DORMANT == 0 {
+		return
+	}
+	c.replace("undo the handover", nil, replaceStep{wake: name, drop: HandoverTable(name)}, gen, nil)
 }
 
 // replace sends one batch of a whole-table write: step, with t's content
@@ -185,6 +304,11 @@ func (b *writer) writeStep(t *Table, step replaceStep) error {
 			return err
 		}
 	}
+	if step.sleep != "" {
+		if err := b.addTable(step.sleep, unix.NFT_TABLE_F_DORMANT, nil); err != nil {
+			return err
+		}
+	}
 	if step.name != "" {
 		// Adding first makes the delete succeed whether or not the
 		// table exists; the kernel keeps an existing table's comment,
@@ -193,7 +317,7 @@ func (b *writer) writeStep(t *Table, step replaceStep) error {
 		if step.dormant {
 			flags = unix.NFT_TABLE_F_DORMANT
 		}
-		err := errors.Join(b.addTable(step.name, 0, nil), b.delTable(step.name), b.addTable(step.name, flags, step.comment))
+		err := errors.Join(b.ensureTable(step.name), b.delTable(step.name), b.addTable(step.name, flags, step.comment))
 		if err != nil {
 			return err
 		}
@@ -202,9 +326,19 @@ func (b *writer) writeStep(t *Table, step replaceStep) error {
 		}
 	}
 	if step.drop != "" {
-		return errors.Join(b.addTable(step.drop, 0, nil), b.delTable(step.drop))
+		return errors.Join(b.ensureTable(step.drop), b.delTable(step.drop))
 	}
 	return nil
+}
+
+// ensureTable queues a NEWTABLE message with no flags: it creates the
+// inet table name if there is none, and leaves an existing one as it is
+// (the kernel changes a table's flags only when the message has them:
+// an existing dormant table is not woken).
+func (b *writer) ensureTable(name string) error {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_TABLE_NAME, name)
+	return b.tableMessage(newTableType, netlink.Create, ae, nil)
 }
 
 // addTable queues a NEWTABLE message: it creates the inet table name

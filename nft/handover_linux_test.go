@@ -188,10 +188,11 @@ func TestKernelWholeWriteRecoversAHalfDoneHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	handover := HandoverTable("nftpolicy")
-	comment, err := tableUserdataAttr("ours")
+	marker, err := tableUserdataAttr(handoverComment)
 	if err != nil {
 		t.Fatal(err)
 	}
+	dormantHandover := replaceStep{name: handover, dormant: true, comment: marker}
 	step := func(s replaceStep) {
 		t.Helper()
 		if _, err := c.replace("test step", table, s, 0, nil); err != nil {
@@ -221,8 +222,8 @@ func TestKernelWholeWriteRecoversAHalfDoneHandover(t *testing.T) {
 
 	// Stopped before the last batch: the handover table in force, ours
 	// dormant under it.
-	step(replaceStep{name: handover, dormant: true})
-	step(replaceStep{wake: handover, name: "nftpolicy", dormant: true, comment: comment})
+	step(dormantHandover)
+	step(replaceStep{wake: handover, sleep: "nftpolicy"})
 	if f, _ := flags("nftpolicy"); f&unix.NFT_TABLE_F_DORMANT == 0 {
 		t.Fatalf("set-up: our table is not dormant (flags %#x)", f)
 	}
@@ -241,7 +242,7 @@ func TestKernelWholeWriteRecoversAHalfDoneHandover(t *testing.T) {
 	settled("after a write over an awake handover table")
 
 	// Stopped before the second batch: a dormant handover table.
-	step(replaceStep{name: handover, dormant: true})
+	step(dormantHandover)
 	if _, err := c.Apply(table); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +250,7 @@ func TestKernelWholeWriteRecoversAHalfDoneHandover(t *testing.T) {
 
 	// A table with no interval set is written in one batch, which takes a
 	// dormant handover table away too.
-	step(replaceStep{name: handover, dormant: true})
+	step(dormantHandover)
 	plain := intervalTable(0, "plain")
 	plain.Sets[0].Interval, plain.Sets[0].PerAddress = false, true
 	if st, err := c.Apply(plain); err != nil || st.Handover {
@@ -260,7 +261,7 @@ func TestKernelWholeWriteRecoversAHalfDoneHandover(t *testing.T) {
 	}
 
 	// Delete takes both.
-	step(replaceStep{name: handover, dormant: true})
+	step(dormantHandover)
 	if err := c.Delete(FamilyInet, "nftpolicy"); err != nil {
 		t.Fatal(err)
 	}

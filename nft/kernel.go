@@ -20,6 +20,11 @@ var ErrNoTable = errors.New("table does not exist")
 // committed. Nothing of the batch was applied. Test for it with errors.Is.
 var ErrGenerationChanged = errors.New("ruleset generation changed")
 
+// ErrHandoverNotOurs reports a whole write refused because a table that
+// another program made holds the name of our handover table
+// (HandoverTable). Nothing was applied.
+var ErrHandoverNotOurs = errors.New("the handover table's name is taken by a table nftpolicy did not make")
+
 // A TableState is what the reader finds of one of our tables in the kernel:
 // its chains with the comments of their rules, and its sets with their
 // elements. Rule expressions are not decoded; `nft list` is the tool for
@@ -33,7 +38,7 @@ type TableState struct {
 type BatchStats struct {
 	Full bool // the whole table was replaced
 	// Handover: the whole table was replaced through the handover table
-	// (see HandoverTable), in three batches; the other counts are those of
+	// (see HandoverTable), in four batches; the other counts are those of
 	// the batch that wrote our table.
 	Handover bool
 	// Staged counts the interval sets a delta created in a batch of their

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/google/nftables"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -58,9 +57,22 @@ func tableUserdataAttr(comment string) ([]byte, error) {
 // TableComment returns the comment of the inet table name, "" if it has
 // none; ErrNoTable if the table does not exist.
 func (c *Conn) TableComment(name string) (string, error) {
+	info, err := c.tableInfo(name)
+	return info.comment, err
+}
+
+// A tableInfo is what the kernel says of a table besides its content.
+type tableInfo struct {
+	flags   uint32 // NFTA_TABLE_FLAGS: NFT_TABLE_F_DORMANT
+	comment string
+}
+
+// tableInfo reads the flags and comment of the inet table name;
+// ErrNoTable if there is none.
+func (c *Conn) tableInfo(name string) (tableInfo, error) {
 	msgs, err := c.getTable(name)
 	if err != nil {
-		return "", err
+		return tableInfo{}, err
 	}
 	for _, m := range msgs {
 		if m.Header.Type != newTableType || len(m.Data) < 4 {
@@ -68,21 +80,24 @@ func (c *Conn) TableComment(name string) (string, error) {
 		}
 		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
 		if err != nil {
-			return "", fmt.Errorf("read table inet %s: %w", name, err)
+			return tableInfo{}, fmt.Errorf("read table inet %s: %w", name, err)
 		}
 		ad.ByteOrder = binary.BigEndian
-		comment := ""
+		var info tableInfo
 		for ad.Next() {
-			if ad.Type() == nftaTableUserdata {
-				comment, _ = userdata.GetString(ad.Bytes(), udataTableComment)
+			switch ad.Type() {
+			case nftaTableUserdata:
+				info.comment, _ = userdata.GetString(ad.Bytes(), udataTableComment)
+			case unix.NFTA_TABLE_FLAGS:
+				info.flags = ad.Uint32()
 			}
 		}
 		if err := ad.Err(); err != nil {
-			return "", fmt.Errorf("read table inet %s: %w", name, err)
+			return tableInfo{}, fmt.Errorf("read table inet %s: %w", name, err)
 		}
-		return comment, nil
+		return info, nil
 	}
-	return "", fmt.Errorf("read table inet %s: the kernel sent no table", name)
+	return tableInfo{}, fmt.Errorf("read table inet %s: the kernel sent no table", name)
 }
 
 // getTable asks the kernel for the inet table name; ErrNoTable if there
@@ -156,22 +171,7 @@ func (c *Conn) guard(name string, check func(comment string, exists bool) error)
 // the delete is checked against that generation (ErrGenerationChanged if
 // anyone committed in between: read again and retry).
 func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool) error) error {
-	nl, tx, err := c.newBatchConn(0)
-	if err != nil {
-		return fmt.Errorf("delete table inet %s: netlink: %w", name, err)
-	}
-	tx.guard = c.guard(name, check)
-	// Adding first makes the delete succeed whether or not the table
-	// exists (see Delete); the handover table goes too.
-	for _, n := range []string{name, HandoverTable(name)} {
-		table := &nftables.Table{Family: nftables.TableFamilyINet, Name: n}
-		nl.AddTable(table)
-		nl.DelTable(table)
-	}
-	if _, err := tx.flush(nl); err != nil {
-		return fmt.Errorf("delete table inet %s: %w", name, err)
-	}
-	return nil
+	return c.deleteTable(name, c.guard(name, check))
 }
 
 // CheckNetns reports, with an error wrapping ErrNetnsGone, whether the

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/google/nftables"
@@ -153,22 +154,34 @@ func (c *Conn) Delete(family Family, name string) error {
 	if family != FamilyInet {
 		return fmt.Errorf("delete table %s %s: only inet tables are supported", family, name)
 	}
-	nl, tx, err := c.newBatchConn(0)
+	return c.deleteTable(name, nil)
+}
+
+// deleteTable deletes the inet table name and our handover table of it,
+// in one batch that guard, if set, checks; a handover table under that
+// name that is not ours stays.
+func (c *Conn) deleteTable(name string, guard func() (uint32, error)) error {
+	op := "delete table inet " + name
+	tables := []string{name}
+	if _, _, err := c.handover(name); err == nil {
+		tables = append(tables, HandoverTable(name))
+	} else if !errors.Is(err, ErrHandoverNotOurs) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	b, err := c.newWriter(name, 0)
 	if err != nil {
-		return fmt.Errorf("delete table %s %s: netlink: %w", family, name, err)
+		return fmt.Errorf("%s: netlink: %w", op, err)
 	}
-	// Adding first makes the delete succeed whether or not the table exists,
-	// in one transaction, as `nft add table; nft delete table` would. A
-	// handover table left by a whole write that stopped half way goes too.
-	for _, n := range []string{name, HandoverTable(name)} {
-		table := &nftables.Table{Family: nftables.TableFamilyINet, Name: n}
-		nl.AddTable(table)
-		nl.DelTable(table)
+	b.tx.guard = guard
+	// Adding first makes the delete succeed whether or not the table
+	// exists, in one transaction, as `nft add table; nft delete table`
+	// would; the add carries no flags, which would wake a dormant table.
+	for _, n := range tables {
+		if err := errors.Join(b.ensureTable(n), b.delTable(n)); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
 	}
-	if _, err := tx.flush(nl); err != nil {
-		return fmt.Errorf("delete table %s %s: %w", family, name, err)
-	}
-	return nil
+	return b.flush(op)
 }
 
 // writeTable queues every chain, set and rule of t into a table that the
