@@ -1,7 +1,9 @@
 package nft
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -47,9 +49,10 @@ import (
 //     wakes it runs, the old state is still there too, and a packet must
 //     pass both, which denies nothing both allow and allows nothing either
 //     denies. Nothing is ever left without a complete table in force:
-//     the two batches that wake a table are checked against the
-//     generation of the batch that filled it, so that what they wake is
-//     what it wrote.
+//     each later batch first deletes a token (an empty set) that an
+//     earlier batch of the same write put in the table it relies on, so
+//     the kernel refuses it unless that table is still the one this
+//     write made.
 //   - A delta that creates interval sets creates them, filled, in a batch
 //     of their own first, which no rule looks up yet (see stageSets).
 //
@@ -79,30 +82,61 @@ func (c *Conn) live(name string) (bool, error) {
 // neither takes for a half-done write of ours nor deletes.
 const handoverComment = "nftpolicy: the new state, in force while the table it is named after is replaced"
 
-// handover reads the handover table of the inet table name: its flags,
-// and whether it exists. An error wraps ErrHandoverNotOurs if it exists
-// without our comment.
-func (c *Conn) handover(name string) (flags uint32, exists bool, err error) {
+// A tableState is what a write reads of one table before it plans.
+type tableState struct {
+	exists, awake bool
+	handle        uint64
+}
+
+func (s tableState) String() string {
+	switch {
+	case !s.exists:
+		return "absent"
+	case s.awake:
+		return "in force"
+	}
+	return "dormant"
+}
+
+func stateOf(info tableInfo) tableState {
+	return tableState{exists: true, awake: info.flags&unix.NFT_TABLE_F_DORMANT == 0, handle: info.handle}
+}
+
+// tableState reads the inet table name.
+func (c *Conn) tableState(name string) (tableState, error) {
+	info, err := c.tableInfo(name)
+	if errors.Is(err, ErrNoTable) {
+		return tableState{}, nil
+	}
+	if err != nil {
+		return tableState{}, err
+	}
+	return stateOf(info), nil
+}
+
+// handover reads the handover table of the inet table name. An error
+// wraps ErrHandoverNotOurs if it exists without our comment.
+func (c *Conn) handover(name string) (tableState, error) {
 	h := HandoverTable(name)
 	info, err := c.tableInfo(h)
 	if errors.Is(err, ErrNoTable) {
-		return 0, false, nil
+		return tableState{}, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return tableState{}, err
 	}
 	if info.comment != handoverComment {
-		return 0, true, fmt.Errorf("table inet %s, comment %q: %w: nftpolicy writes table inet %s whole through it, and leaves alone what it did not make (delete it if nothing uses it)",
+		return tableState{exists: true}, fmt.Errorf("table inet %s, comment %q: %w: nftpolicy writes table inet %s whole through it, and leaves alone what it did not make (delete it if nothing uses it)",
 			h, info.comment, ErrHandoverNotOurs, name)
 	}
-	return info.flags, true, nil
+	return stateOf(info), nil
 }
 
 // handoverGuard is guard followed by a new read of the handover table of
 // name, which refuses the batch if another program made one since apply
 // looked: read after the guard's generation, it is what the batch meets.
-// Without a guard, the batch is checked against a generation read before
-// apply looked, or not at all, and it is nil.
+// Without a guard it is nil: the batches that touch the handover table
+// name it by its handle, or create it only where there is none.
 func (c *Conn) handoverGuard(name string, guard func() (uint32, error)) func() (uint32, error) {
 	if guard == nil {
 		return nil
@@ -112,43 +146,71 @@ func (c *Conn) handoverGuard(name string, guard func() (uint32, error)) func() (
 		if err != nil {
 			return 0, err
 		}
-		if _, _, err := c.handover(name); err != nil {
+		if _, err := c.handover(name); err != nil {
 			return 0, err
 		}
 		return gen, nil
 	}
 }
 
+// A setRef names a set of an inet table.
+type setRef struct{ table, set string }
+
 // A replaceStep is one batch of a whole-table write, in this order.
 type replaceStep struct {
-	wake    string // a table woken ("": none)
-	sleep   string // a table made dormant ("": none)
-	name    string // a table recreated with the content ("": none)
-	dormant bool   // name is created dormant
-	comment []byte // name's NFTA_TABLE_USERDATA attribute (nil: none)
-	drop    string // a table deleted if it exists ("": none)
+	// assert: sets deleted first. Each is a token that an earlier batch
+	// of the same write created (see tokens): if one is not there, the
+	// table holding it is not the one that batch wrote, and the kernel
+	// refuses the whole batch (ENOENT). Unlike a generation, a token is
+	// indifferent to what other programs commit elsewhere.
+	assert []setRef
+	// addTokens: sets created first, each in its table (refused if the
+	// table is gone).
+	addTokens []setRef
+	wake      string // a table woken ("": none)
+	sleep     string // a table made dormant ("": none)
+	name      string // a table recreated with the content ("": none)
+	// How an existing name goes: by name (0, not exclusive), by handle
+	// (handle: refused if that table is gone), or not at all (exclusive:
+	// refused if one exists).
+	handle    uint64
+	exclusive bool
+	dormant   bool     // name is created dormant
+	comment   []byte   // name's NFTA_TABLE_USERDATA attribute (nil: none)
+	tokens    []string // empty sets created in name, for later batches to assert
+	drop      string   // a table deleted if it exists ("": none)
+	// dropHandle, if set, deletes the table of that handle instead:
+	// refused if it is gone. A write names the handover table it read
+	// by its handle, or asserts a token of the one it made.
+	dropHandle uint64
 }
 
 // apply writes t whole. With no interval set in t, or none of our tables
 // in force to protect, it is one batch. Otherwise it goes through the
 // handover table (see the top of this file), in four batches:
 //
-//  1. the new state into the handover table, dormant: checked against
-//     gen, or the guard;
-//  2. the handover table woken, ours made dormant: two messages, checked
-//     against the generation the first created, so that the table it
-//     wakes is the one the first wrote (if not, it is refused, the old
-//     state stays in force, and the handover table is taken away);
-//  3. the new state into ours, dormant: the guard runs again, or, with a
-//     gen, it is checked against the second's generation;
-//  4. ours woken, the handover table deleted: checked against the third's
-//     generation, so that what it wakes is what the third wrote.
+//  1. the new state into the handover table, dormant, with tokens (empty
+//     sets) for the later batches: checked against gen, or the guard;
+//     the table is created only if there is none (a handover table left
+//     by an earlier write, or another writer's, is deleted by its handle
+//     in the same batch, and ours woken with it);
+//  2. the handover table woken, ours made dormant;
+//  3. the new state into ours, dormant, with a token;
+//  4. ours woken, the handover table deleted.
 //
-// A write that stopped after the second leaves the handover table in
-// force and ours dormant: the next one does the last two. One refused at
-// the third or fourth returns the error with the new state in force (the
-// daemon's retry finishes it). The stats are those of the batch that
-// wrote our table, with the generation of the last.
+// Each of the last three first deletes a token of the table it relies on
+// (replaceStep.assert): the kernel refuses it unless that table is still
+// the one this write made, whatever other programs commit elsewhere (a
+// generation would refuse it for any commit at all). Only batch 4 and
+// settle delete a handover table in force, and both wake ours in the same
+// batch: so a token still there also means the handover table is still
+// in force. A refused batch is followed by settle, which puts whatever
+// ours holds back in force and deletes our handover table; the error
+// says what is in force then, and wraps ErrGenerationChanged when the
+// cause is another writer. A write that stopped after the second batch
+// leaves the handover table in force and ours dormant: the next write
+// does the last two. The stats are those of the batch that wrote our
+// table, with the generation of the last.
 //
 // A handover table that is not ours (see handoverComment) refuses the
 // write, with an error wrapping ErrHandoverNotOurs.
@@ -162,78 +224,135 @@ func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchS
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
 	handover := HandoverTable(t.Name)
-	hoFlags, hoExists, err := c.handover(t.Name)
+	ours, ho, err := c.ourTables(t.Name)
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
-	guard = c.handoverGuard(t.Name, guard)
-	ours := replaceStep{name: t.Name, comment: comment}
-	if hoExists {
-		ours.drop = handover
-	}
+	first := c.handoverGuard(t.Name, guard)
 	if !t.hasIntervalSet() {
-		return c.replace(op, t, ours, gen, guard)
+		return c.replace(op, t, replaceStep{name: t.Name, comment: comment, dropHandle: ho.handle}, gen, first)
 	}
-	oursLive, err := c.live(t.Name)
-	if err != nil {
-		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
+	planned := func() bool {
+		o, h, err := c.ourTables(t.Name)
+		return err == nil && o == ours && h == ho
 	}
 	switch {
-	case hoExists && hoFlags&unix.NFT_TABLE_F_DORMANT == 0 && !oursLive:
-		// An earlier write stopped after its second batch.
-		return c.finishHandover(op, t, comment, gen, guard)
-	case !oursLive:
-		return c.replace(op, t, ours, gen, guard)
+	case ho.awake && !ours.awake:
+		// An earlier write stopped after its second batch: tokens
+		// into the handover table in force (refused if it is gone),
+		// then its last two batches.
+		nonce, err := tokenNonce()
+		if err != nil {
+			return BatchStats{}, fmt.Errorf("%s: %w", op, err)
+		}
+		toks := []setRef{{handover, "handover-" + nonce + "-3"}, {handover, "handover-" + nonce + "-4"}}
+		if _, err := c.replace(op, nil, replaceStep{addTokens: toks}, gen, first); err != nil {
+			return BatchStats{}, moved(fmt.Errorf("%w (finishing the write through table inet %s)", err, handover), planned)
+		}
+		return c.finishHandover(op, t, comment, toks)
+	case !ours.awake && !ho.awake:
+		// Nothing of ours in force. The tables are named by what was
+		// read, so that one put in force meanwhile refuses the batch.
+		step := replaceStep{name: t.Name, handle: ours.handle, exclusive: !ours.exists, comment: comment,
+			dropHandle: ho.handle}
+		st, err := c.replace(op, t, step, gen, first)
+		if err != nil {
+			return BatchStats{}, moved(err, planned)
+		}
+		return st, nil
 	}
+	nonce, err := tokenNonce()
+	if err != nil {
+		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
+	}
+	tok := func(batch int) string { return fmt.Sprintf("handover-%s-%d", nonce, batch) }
 	marker, err := tableUserdataAttr(handoverComment)
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
-	first, err := c.replace(op, t, replaceStep{name: handover, dormant: true, comment: marker}, gen, guard)
-	if err != nil {
-		return BatchStats{}, fmt.Errorf("%w (writing table inet %s, dormant)", err, handover)
+	step := replaceStep{name: handover, exclusive: true, dormant: true, comment: marker,
+		tokens: []string{tok(2), tok(3), tok(4)}}
+	if ho.exists {
+		// Left by a write that stopped after its first batch, or
+		// another writer's that may wake it at any moment: deleted by
+		// its handle, and ours woken in the same batch, whatever that
+		// writer did to it meanwhile.
+		step.wake, step.dropHandle = t.Name, ho.handle
+	}
+	if _, err := c.replace(op, t, step, gen, first); err != nil {
+		return BatchStats{}, moved(fmt.Errorf("%w (writing table inet %s, dormant)", err, handover), planned)
 	}
 	c.between(1)
-	second, err := c.replace(op, nil, replaceStep{wake: handover, sleep: t.Name}, first.Generation, nil)
-	if err != nil {
-		c.dropHandover(t.Name)
-		return BatchStats{}, fmt.Errorf("%w (waking table inet %s: the old state stays in force)", err, handover)
+	step = replaceStep{assert: []setRef{{handover, tok(2)}}, wake: handover, sleep: t.Name}
+	if _, err := c.replace(op, nil, step, 0, nil); err != nil {
+		return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (waking table inet %s)", err, handover)))
 	}
 	c.between(2)
-	if gen != 0 {
-		gen = second.Generation
-	}
-	stats, err := c.finishHandover(op, t, comment, gen, guard)
-	if errors.Is(err, errOursNotWritten) {
-		c.undoHandover(t.Name)
-		return BatchStats{}, fmt.Errorf("%w; the old state is back in force", err)
-	}
-	return stats, err
+	return c.finishHandover(op, t, comment, []setRef{{handover, tok(3)}, {handover, tok(4)}})
 }
 
-// errOursNotWritten marks a finishHandover refused before it wrote our
-// table, which still holds the old state, dormant.
-var errOursNotWritten = errors.New("our table still holds the old state")
+// ourTables reads our table name and our handover table of it.
+func (c *Conn) ourTables(name string) (ours, ho tableState, err error) {
+	if ho, err = c.handover(name); err != nil {
+		return
+	}
+	ours, err = c.tableState(name)
+	return
+}
+
+// moved wraps err, a refused batch, in ErrGenerationChanged if the
+// tables are no longer as planned: another writer moved them.
+func moved(err error, planned func() bool) error {
+	if errors.Is(err, ErrGenerationChanged) || planned() {
+		return err
+	}
+	return movedErr(err)
+}
+
+// movedErr wraps err, a batch refused because a token or a table it named
+// was gone (or one it would create was there), in ErrGenerationChanged:
+// another writer moved the tables; read again and retry.
+func movedErr(err error) error {
+	if errors.Is(err, ErrGenerationChanged) || !(errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EEXIST)) {
+		return err
+	}
+	return fmt.Errorf("%w: %w (another writer changed the tables between the batches of this write)", err, ErrGenerationChanged)
+}
 
 // finishHandover does the last two batches of a write through the
 // handover table, which is in force with the new state, over ours,
-// dormant: t into ours, dormant, checked against gen or the guard; then
-// ours woken and the handover table deleted, checked against the
-// generation of the first.
-func (c *Conn) finishHandover(op string, t *Table, comment []byte, gen uint32, guard func() (uint32, error)) (BatchStats, error) {
-	handover := HandoverTable(t.Name)
-	stats, err := c.replace(op, t, replaceStep{name: t.Name, dormant: true, comment: comment}, gen, guard)
+// dormant: t into ours, dormant, and ours woken with the handover table
+// deleted. hoTokens are two tokens of the handover table: the first for
+// the batch that writes ours, the second for the last.
+func (c *Conn) finishHandover(op string, t *Table, comment []byte, hoTokens []setRef) (BatchStats, error) {
+	nonce, err := tokenNonce()
 	if err != nil {
-		return BatchStats{}, fmt.Errorf("%w (writing it dormant, under table inet %s: %w)", err, handover, errOursNotWritten)
+		return BatchStats{}, c.settle(t.Name, fmt.Errorf("%s: %w", op, err))
+	}
+	tok := "handover-" + nonce
+	step := replaceStep{assert: hoTokens[:1], name: t.Name, dormant: true, comment: comment, tokens: []string{tok}}
+	stats, err := c.replace(op, t, step, 0, nil)
+	if err != nil {
+		return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (writing it dormant, under table inet %s)", err, HandoverTable(t.Name))))
 	}
 	c.between(3)
-	last, err := c.replace(op, nil, replaceStep{wake: t.Name, drop: handover}, stats.Generation, nil)
+	last := replaceStep{assert: []setRef{{t.Name, tok}, hoTokens[1]}, wake: t.Name, drop: HandoverTable(t.Name)}
+	end, err := c.replace(op, nil, last, 0, nil)
 	if err != nil {
-		return BatchStats{}, fmt.Errorf("%w (waking it; the new state is in force through table inet %s)", err, handover)
+		return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (waking it)", err)))
 	}
-	stats.Generation = last.Generation
+	stats.Generation = end.Generation
 	stats.Handover = true
 	return stats, nil
+}
+
+// tokenNonce returns a name part no other write uses.
+func tokenNonce() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 func (c *Conn) between(n int) {
@@ -242,42 +361,57 @@ func (c *Conn) between(n int) {
 	}
 }
 
-// dropHandover deletes the handover table of name if it is ours and
-// dormant, checked against the generation read before it is looked at;
-// a failure is ignored. It is for a write refused at its second batch,
-// whose first left the new state there.
-func (c *Conn) dropHandover(name string) {
-	gen, err := c.Generation()
-	if err != nil {
-		return
-	}
-	flags, exists, err := c.handover(name)
-	if err != nil || !exists || flags&unix.NFT_TABLE_F_DORMANT == 0 {
-		return
-	}
-	c.replace("drop the handover table", nil, replaceStep{drop: HandoverTable(name)}, gen, nil)
-}
+// settleAttempts bounds how often settle reads again when another writer
+// changed the tables between its read and its batch.
+const settleAttempts = 10
 
-// undoHandover undoes the second batch of a write through the handover
-// table whose third was refused: ours, dormant with the old state, is
-// woken and the handover table deleted, checked against the generation
-// read before both are looked at; a failure is ignored (the new state
-// stays in force through the handover table, and the next whole write
-// finishes it).
-func (c *Conn) undoHandover(name string) {
-	gen, err := c.Generation()
-	if err != nil {
-		return
+// settle puts whatever our table holds in force and deletes our handover
+// table, in one batch: ours is woken (the batch is refused if it is gone:
+// then the handover table stays, in force) and the handover table
+// deleted by the handle read (refused if it is another now). It follows a
+// refused batch of a write through the handover table (err, returned with
+// what is in force afterwards), and clears a handover table left in the
+// way of a write (err nil: nil if it is cleared).
+func (c *Conn) settle(name string, err error) error {
+	var now string
+	var failed error
+	for range settleAttempts {
+		ours, ho, rerr := c.ourTables(name)
+		if rerr != nil {
+			failed = rerr
+			break
+		}
+		now = fmt.Sprintf("table inet %s is %s, table inet %s %s", name, ours, HandoverTable(name), ho)
+		if !ours.exists || (ours.awake && !ho.exists) {
+			failed = nil
+			break
+		}
+		nonce, rerr := tokenNonce()
+		if rerr != nil {
+			failed = rerr
+			break
+		}
+		step := replaceStep{addTokens: []setRef{{name, "settle-" + nonce}}, assert: []setRef{{name, "settle-" + nonce}},
+			wake: name, dropHandle: ho.handle}
+		_, failed = c.replace("settle table inet "+name, nil, step, 0, nil)
+		if failed == nil {
+			now = fmt.Sprintf("table inet %s is in force, table inet %s absent", name, HandoverTable(name))
+			break
+		}
+		if !errors.Is(failed, unix.ENOENT) {
+			break
+		}
 	}
-	hoFlags, hoExists, err := c.handover(name)
-	if err != nil || !hoExists || hoFlags&unix.NFT_TABLE_F_DORMANT != 0 {
-		return
+	if err == nil {
+		if failed != nil {
+			return fmt.Errorf("clearing table inet %s: %w", HandoverTable(name), movedErr(failed))
+		}
+		return nil
 	}
-	flags, exists, err := c.tableFlagsOf(name)
-	if err != nil || !exists || flags&unix.NFT_TABLE_F_DORMANT == 0 {
-		return
+	if failed != nil {
+		now = fmt.Sprintf("%s (settling them failed: %v)", now, failed)
 	}
-	c.replace("undo the handover", nil, replaceStep{wake: name, drop: HandoverTable(name)}, gen, nil)
+	return fmt.Errorf("%w; now %s", err, now)
 }
 
 // replace sends one batch of a whole-table write: step, with t's content
@@ -299,34 +433,68 @@ func (c *Conn) replace(op string, t *Table, step replaceStep, gen uint32, guard 
 }
 
 func (b *writer) writeStep(t *Table, step replaceStep) error {
+	for _, a := range step.addTokens {
+		set := &nftables.Set{Table: &nftables.Table{Family: nftables.TableFamilyINet, Name: a.table}, Name: a.set, KeyType: nftables.TypeIPAddr}
+		if err := b.nl.AddSet(set, nil); err != nil {
+			return fmt.Errorf("token %s: %w", a.set, err)
+		}
+		b.stats.Messages++
+	}
+	for _, a := range step.assert {
+		b.nl.DelSet(&nftables.Set{Table: &nftables.Table{Family: nftables.TableFamilyINet, Name: a.table}, Name: a.set})
+		b.stats.Messages++
+	}
 	if step.wake != "" {
-		if err := b.addTable(step.wake, 0, nil); err != nil {
+		if err := b.addTable(step.wake, 0, nil, 0); err != nil {
 			return err
 		}
 	}
 	if step.sleep != "" {
-		if err := b.addTable(step.sleep, unix.NFT_TABLE_F_DORMANT, nil); err != nil {
+		if err := b.addTable(step.sleep, unix.NFT_TABLE_F_DORMANT, nil, 0); err != nil {
 			return err
 		}
 	}
+	// The drop goes before the content: a write's first batch deletes
+	// the handover table it found, and creates its own.
+	var err error
+	switch {
+	case step.dropHandle != 0:
+		err = b.delTableHandle(step.dropHandle)
+	case step.drop != "":
+		err = errors.Join(b.ensureTable(step.drop), b.delTable(step.drop))
+	}
+	if err != nil {
+		return err
+	}
 	if step.name != "" {
-		// Adding first makes the delete succeed whether or not the
-		// table exists; the kernel keeps an existing table's comment,
-		// and takes the new one only from the table it creates.
 		var flags uint32
 		if step.dormant {
 			flags = unix.NFT_TABLE_F_DORMANT
 		}
-		err := errors.Join(b.ensureTable(step.name), b.delTable(step.name), b.addTable(step.name, flags, step.comment))
+		switch {
+		case step.exclusive:
+			err = b.addTable(step.name, flags, step.comment, netlink.Excl)
+		case step.handle != 0:
+			err = errors.Join(b.delTableHandle(step.handle), b.addTable(step.name, flags, step.comment, netlink.Excl))
+		default:
+			// Adding first makes the delete succeed whether or not
+			// the table exists; the kernel keeps an existing table's
+			// comment, and takes the new one only from the table it
+			// creates.
+			err = errors.Join(b.ensureTable(step.name), b.delTable(step.name), b.addTable(step.name, flags, step.comment, 0))
+		}
 		if err != nil {
 			return err
 		}
 		if err := b.writeTable(t); err != nil {
 			return err
 		}
-	}
-	if step.drop != "" {
-		return errors.Join(b.ensureTable(step.drop), b.delTable(step.drop))
+		for _, tok := range step.tokens {
+			if err := b.nl.AddSet(&nftables.Set{Table: b.table, Name: tok, KeyType: nftables.TypeIPAddr}, nil); err != nil {
+				return fmt.Errorf("token %s: %w", tok, err)
+			}
+			b.stats.Messages++
+		}
 	}
 	return nil
 }
@@ -343,21 +511,32 @@ func (b *writer) ensureTable(name string) error {
 
 // addTable queues a NEWTABLE message: it creates the inet table name
 // with flags and the user data attribute comment, or, if it exists, sets
-// its flags (waking a dormant one). The library's Table has neither user
-// data nor flags, so the message is encoded here, after the messages the
-// library holds, which keep their order.
-func (b *writer) addTable(name string, flags uint32, comment []byte) error {
+// its flags (waking a dormant one), unless excl (netlink.Excl) refuses
+// the batch then. The library's Table has neither user data nor flags,
+// so the message is encoded here, after the messages the library holds,
+// which keep their order.
+func (b *writer) addTable(name string, flags uint32, comment []byte, excl netlink.HeaderFlags) error {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_TABLE_NAME, name)
 	ae.ByteOrder = binary.BigEndian
 	ae.Uint32(unix.NFTA_TABLE_FLAGS, flags)
-	return b.tableMessage(newTableType, netlink.Create, ae, comment)
+	return b.tableMessage(newTableType, netlink.Create|excl, ae, comment)
 }
 
 // delTable queues the deletion of the inet table name.
 func (b *writer) delTable(name string) error {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_TABLE_NAME, name)
+	return b.tableMessage(delTableType, 0, ae, nil)
+}
+
+// delTableHandle queues the deletion of the inet table of that handle:
+// the kernel refuses the batch if it is gone, even if another table has
+// its name now.
+func (b *writer) delTableHandle(handle uint64) error {
+	ae := netlink.NewAttributeEncoder()
+	ae.ByteOrder = binary.BigEndian
+	ae.Uint64(nftaTableHandle, handle)
 	return b.tableMessage(delTableType, 0, ae, nil)
 }
 

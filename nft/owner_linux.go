@@ -65,6 +65,7 @@ func (c *Conn) TableComment(name string) (string, error) {
 type tableInfo struct {
 	flags   uint32 // NFTA_TABLE_FLAGS: NFT_TABLE_F_DORMANT
 	comment string
+	handle  uint64 // NFTA_TABLE_HANDLE: this table, not another of its name
 }
 
 // tableInfo reads the flags and comment of the inet table name;
@@ -90,6 +91,8 @@ func (c *Conn) tableInfo(name string) (tableInfo, error) {
 				info.comment, _ = userdata.GetString(ad.Bytes(), udataTableComment)
 			case unix.NFTA_TABLE_FLAGS:
 				info.flags = ad.Uint32()
+			case nftaTableHandle:
+				info.handle = ad.Uint64()
 			}
 		}
 		if err := ad.Err(); err != nil {

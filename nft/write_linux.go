@@ -162,22 +162,25 @@ func (c *Conn) Delete(family Family, name string) error {
 // name that is not ours stays.
 func (c *Conn) deleteTable(name string, guard func() (uint32, error)) error {
 	op := "delete table inet " + name
-	tables := []string{name}
-	if _, _, err := c.handover(name); err == nil {
-		tables = append(tables, HandoverTable(name))
-	} else if !errors.Is(err, ErrHandoverNotOurs) {
+	ho, err := c.handover(name)
+	if err != nil && !errors.Is(err, ErrHandoverNotOurs) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	// Adding first makes the delete succeed whether or not the table
+	// exists, in one transaction, as `nft add table; nft delete table`
+	// would; the add carries no flags, which would wake a dormant table.
+	// Our handover table goes by the handle read: one another program
+	// made since refuses the batch.
 	b, err := c.newWriter(name, 0)
 	if err != nil {
 		return fmt.Errorf("%s: netlink: %w", op, err)
 	}
 	b.tx.guard = guard
-	// Adding first makes the delete succeed whether or not the table
-	// exists, in one transaction, as `nft add table; nft delete table`
-	// would; the add carries no flags, which would wake a dormant table.
-	for _, n := range tables {
-		if err := errors.Join(b.ensureTable(n), b.delTable(n)); err != nil {
+	if err := errors.Join(b.ensureTable(name), b.delTable(name)); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if ho.handle != 0 {
+		if err := b.delTableHandle(ho.handle); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 	}
