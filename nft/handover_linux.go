@@ -339,6 +339,23 @@ func (c *Conn) finishHandover(op string, t *Table, comment []byte, hoTokens []se
 	last := replaceStep{assert: []setRef{{t.Name, tok}, hoTokens[1]}, wake: t.Name, drop: HandoverTable(t.Name)}
 	end, err := c.replace(op, nil, last, 0, nil)
 	if err != nil {
+		// Ours holds the new state as long as its token is there:
+		// then the write lands all the same.
+		for range settleAttempts {
+			_, ho, rerr := c.ourTables(t.Name)
+			if rerr != nil {
+				break
+			}
+			step := replaceStep{assert: []setRef{{t.Name, tok}}, wake: t.Name, dropHandle: ho.handle}
+			if end, rerr = c.replace(op, nil, step, 0, nil); rerr == nil {
+				stats.Generation = end.Generation
+				stats.Handover = true
+				return stats, nil
+			}
+			if !errors.Is(rerr, unix.ENOENT) {
+				break
+			}
+		}
 		return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (waking it)", err)))
 	}
 	stats.Generation = end.Generation
