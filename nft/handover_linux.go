@@ -300,10 +300,14 @@ func (c *Conn) ourTables(name string) (ours, ho tableState, err error) {
 	return
 }
 
-// moved wraps err, a refused batch, in ErrGenerationChanged if the
-// tables are no longer as planned: another writer moved them.
+// moved wraps err, a refused batch, in ErrGenerationChanged if another
+// writer moved the tables: a table the batch creates only where there is
+// none was there (EEXIST; a table with two chains of one name gets it
+// too, and is retried as a conflict, to the same refusal), or one it
+// names by handle is gone and the tables are no longer as planned
+// (ENOENT is also what a jump to a missing chain gets).
 func moved(err error, planned func() bool) error {
-	if errors.Is(err, ErrGenerationChanged) || planned() {
+	if errors.Is(err, ErrGenerationChanged) || (!errors.Is(err, unix.EEXIST) && planned()) {
 		return err
 	}
 	return movedErr(err)
