@@ -223,6 +223,9 @@ func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchS
 	if err != nil {
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := t.checkWhole(); err != nil {
+		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
+	}
 	handover := HandoverTable(t.Name)
 	ours, ho, err := c.ourTables(t.Name)
 	if err != nil {
@@ -249,12 +252,21 @@ func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchS
 		if _, err := c.replace(op, nil, replaceStep{addTokens: toks}, gen, first); err != nil {
 			return BatchStats{}, moved(fmt.Errorf("%w (finishing the write through table inet %s)", err, handover), planned)
 		}
-		return c.finishHandover(op, t, comment, toks)
-	case !ours.awake && !ho.awake:
-		// Nothing of ours in force. The tables are named by what was
-		// read, so that one put in force meanwhile refuses the batch.
-		step := replaceStep{name: t.Name, handle: ours.handle, exclusive: !ours.exists, comment: comment,
-			dropHandle: ho.handle}
+		// The tokens went to the table of that name: if it is not the
+		// one read (another program's now), the write stops here, and
+		// the last batch names it by its handle in any case.
+		if h, err := c.handover(t.Name); err != nil || h != ho {
+			// Take the tokens back out of whatever table holds them.
+			c.replace(op, nil, replaceStep{assert: toks}, 0, nil)
+			return BatchStats{}, fmt.Errorf("%s: table inet %s changed while the write finished it (%v): %w", op, handover, err, ErrGenerationChanged)
+		}
+		return c.finishHandover(op, t, comment, toks, ho.handle)
+	case !ours.exists && !ho.exists:
+		// Nothing of ours: created only if it is still not there.
+		// (Two reads are no snapshot: a table that merely looked
+		// dormant may be in force again by now, so anything else
+		// goes through the handover table.)
+		step := replaceStep{name: t.Name, exclusive: true, comment: comment}
 		st, err := c.replace(op, t, step, gen, first)
 		if err != nil {
 			return BatchStats{}, moved(err, planned)
@@ -288,7 +300,7 @@ func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchS
 		return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (waking table inet %s)", err, handover)))
 	}
 	c.between(2)
-	return c.finishHandover(op, t, comment, []setRef{{handover, tok(3)}, {handover, tok(4)}})
+	return c.finishHandover(op, t, comment, []setRef{{handover, tok(3)}, {handover, tok(4)}}, 0)
 }
 
 // ourTables reads our table name and our handover table of it.
@@ -327,8 +339,12 @@ func movedErr(err error) error {
 // handover table, which is in force with the new state, over ours,
 // dormant: t into ours, dormant, and ours woken with the handover table
 // deleted. hoTokens are two tokens of the handover table: the first for
-// the batch that writes ours, the second for the last.
-func (c *Conn) finishHandover(op string, t *Table, comment []byte, hoTokens []setRef) (BatchStats, error) {
+// the batch that writes ours, the second for the last. hoHandle, when it
+// finishes a write that stopped (not 0), is the handover table's handle,
+// by which the last batch deletes it; and a refused batch that writes
+// ours then leaves both tables as they were (settle would put back the
+// state that write replaced).
+func (c *Conn) finishHandover(op string, t *Table, comment []byte, hoTokens []setRef, hoHandle uint64) (BatchStats, error) {
 	nonce, err := tokenNonce()
 	if err != nil {
 		return BatchStats{}, c.settle(t.Name, fmt.Errorf("%s: %w", op, err))
@@ -336,11 +352,14 @@ func (c *Conn) finishHandover(op string, t *Table, comment []byte, hoTokens []se
 	tok := "handover-" + nonce
 	step := replaceStep{assert: hoTokens[:1], name: t.Name, dormant: true, comment: comment, tokens: []string{tok}}
 	stats, err := c.replace(op, t, step, 0, nil)
+	if err != nil && hoHandle != 0 {
+		return BatchStats{}, movedErr(fmt.Errorf("%w (writing it dormant, under table inet %s, which stays in force)", err, HandoverTable(t.Name)))
+	}
 	if err != nil {
 		return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (writing it dormant, under table inet %s)", err, HandoverTable(t.Name))))
 	}
 	c.between(3)
-	last := replaceStep{assert: []setRef{{t.Name, tok}, hoTokens[1]}, wake: t.Name, drop: HandoverTable(t.Name)}
+	last := replaceStep{assert: []setRef{{t.Name, tok}, hoTokens[1]}, wake: t.Name, drop: HandoverTable(t.Name), dropHandle: hoHandle}
 	end, err := c.replace(op, nil, last, 0, nil)
 	if err != nil {
 		// Ours holds the new state as long as its token is there:
@@ -574,6 +593,39 @@ func (b *writer) tableMessage(typ netlink.HeaderType, flags netlink.HeaderFlags,
 	b.stats.Messages++
 	return nil
 }
+
+// checkWhole checks, before a whole write sends anything, what the kernel
+// would refuse of t's names, which a write in several batches would only
+// learn half way: two chains or two sets of one name (wrapping EEXIST),
+// a jump to a chain not in t (wrapping ENOENT, the kernel's answer), and
+// a name too long for its handover table.
+func (t *Table) checkWhole() error {
+	if n := len(HandoverTable(t.Name)); n > maxTableName {
+		return fmt.Errorf("table name of %d bytes: its handover table's would be %d, more than %d", len(t.Name), n, maxTableName)
+	}
+	chains := make(map[string]bool, len(t.Chains))
+	for _, ch := range t.Chains {
+		if chains[ch.Name] {
+			return fmt.Errorf("chain %s twice: %w", ch.Name, unix.EEXIST)
+		}
+		chains[ch.Name] = true
+	}
+	sets := make(map[string]bool, len(t.Sets))
+	for _, s := range t.Sets {
+		if sets[s.Name] {
+			return fmt.Errorf("set %s twice: %w", s.Name, unix.EEXIST)
+		}
+		sets[s.Name] = true
+	}
+	if err := t.validateRefs(true); err != nil {
+		return fmt.Errorf("%w: %w", err, unix.ENOENT)
+	}
+	return nil
+}
+
+// maxTableName is the longest table name the kernel takes
+// (NFT_TABLE_MAXNAMELEN, with its NUL).
+const maxTableName = 255
 
 // hasIntervalSet reports whether a set of t has intervals: one whose
 // lookups switch after the rules (see the top of this file).

@@ -55,6 +55,11 @@ func (c *Conn) UpdateAt(old, new *Table, gen uint32) (BatchStats, error) {
 // caller that knows the delta without diffing two whole tables (see
 // enforcer.Compiler.Delta). A Full delta replaces the table as ApplyAt does.
 //
+// A delta into a dormant table (a whole write stopped half way: see
+// HandoverTable) is refused: only a whole write puts the table back in
+// force. The refusal wraps ErrGenerationChanged if the generation moved
+// since gen (another writer's whole write in flight).
+//
 // An empty delta sends nothing and reads nothing: BatchStats.Generation is
 // gen itself, since the kernel holds what it held at gen whatever others
 // committed since; a stale gen is found by the next delta that writes.
@@ -72,6 +77,20 @@ func (c *Conn) WriteDeltaAt(d *Delta, new *Table, gen uint32) (BatchStats, error
 		return BatchStats{Generation: gen}, nil
 	}
 	op := "update table inet " + new.Name
+	// A dormant table judges nothing: a delta into it would return
+	// success with nothing in force (left so by a whole write that
+	// stopped half way, under its handover table, or by hand). The
+	// caller's generation makes the read the state the delta meets.
+	if st, err := c.tableState(new.Name); err != nil {
+		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
+	} else if st.exists && !st.awake {
+		err := fmt.Errorf("%s: the table is dormant (a whole write stopped half way, or it was set so by hand): only a whole write puts it back in force", op)
+		if now, gerr := c.Generation(); gen != 0 && gerr == nil && now != gen {
+			// Another writer's whole write, in flight: a conflict.
+			err = fmt.Errorf("%w: %w", err, ErrGenerationChanged)
+		}
+		return BatchStats{}, err
+	}
 	staged, d := stagedSets(d)
 	b, err := c.newWriter(new.Name, gen)
 	if err != nil {
@@ -184,7 +203,14 @@ func (c *Conn) deleteTable(name string, guard func() (uint32, error)) error {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 	}
-	return b.flush(op)
+	if err := b.flush(op); err != nil {
+		if ho.handle != 0 {
+			// Gone by that handle: another writer deleted or replaced it.
+			return movedErr(err)
+		}
+		return err
+	}
+	return nil
 }
 
 // writeTable queues every chain, set and rule of t into a table that the
