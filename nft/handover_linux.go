@@ -185,8 +185,8 @@ type replaceStep struct {
 	dropHandle uint64
 }
 
-// apply writes t whole. With no interval set in t, or none of our tables
-// in force to protect, it is one batch. Otherwise it goes through the
+// apply writes t whole. With no interval set in t, or neither of our
+// tables there (created only if that is still so), it is one batch. Otherwise it goes through the
 // handover table (see the top of this file), in four batches:
 //
 //  1. the new state into the handover table, dormant, with tokens (empty
