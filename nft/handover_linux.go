@@ -60,23 +60,6 @@ import (
 // place, show the rules of the new generation their old content until
 // that set's commit runs, each set on its own, within the same commit.
 
-// tableFlagsOf reads the flags of the inet table name; exists is false if
-// there is none.
-func (c *Conn) tableFlagsOf(name string) (flags uint32, exists bool, err error) {
-	info, err := c.tableInfo(name)
-	if errors.Is(err, ErrNoTable) {
-		return 0, false, nil
-	}
-	return info.flags, err == nil, err
-}
-
-// live reports whether the inet table name exists and is not dormant: its
-// base chains see packets.
-func (c *Conn) live(name string) (bool, error) {
-	flags, exists, err := c.tableFlagsOf(name)
-	return exists && flags&unix.NFT_TABLE_F_DORMANT == 0, err
-}
-
 // handoverComment is the comment of every handover table we write: a
 // table under that name without it is another program's, which a write
 // neither takes for a half-done write of ours nor deletes.
@@ -170,10 +153,8 @@ type replaceStep struct {
 	wake      string // a table woken ("": none)
 	sleep     string // a table made dormant ("": none)
 	name      string // a table recreated with the content ("": none)
-	// How an existing name goes: by name (0, not exclusive), by handle
-	// (handle: refused if that table is gone), or not at all (exclusive:
-	// refused if one exists).
-	handle    uint64
+	// exclusive: name is created only if there is none (refused if one
+	// exists); otherwise an existing one is replaced.
 	exclusive bool
 	dormant   bool     // name is created dormant
 	comment   []byte   // name's NFTA_TABLE_USERDATA attribute (nil: none)
@@ -364,22 +345,9 @@ func (c *Conn) finishHandover(op string, t *Table, comment []byte, hoTokens []se
 	if err != nil {
 		// Ours holds the new state as long as its token is there:
 		// then the write lands all the same.
-		for range settleAttempts {
-			_, ho, rerr := c.ourTables(t.Name)
-			if rerr != nil {
-				break
-			}
-			step := replaceStep{assert: []setRef{{t.Name, tok}}, wake: t.Name, dropHandle: ho.handle}
-			if end, rerr = c.replace(op, nil, step, 0, nil); rerr == nil {
-				stats.Generation = end.Generation
-				stats.Handover = true
-				return stats, nil
-			}
-			if !errors.Is(rerr, unix.ENOENT) {
-				break
-			}
+		if end, _, err = c.wakeOurs(t.Name, tok); err != nil {
+			return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (waking it)", err)))
 		}
-		return BatchStats{}, c.settle(t.Name, movedErr(fmt.Errorf("%w (waking it)", err)))
 	}
 	stats.Generation = end.Generation
 	stats.Handover = true
@@ -406,52 +374,53 @@ func (c *Conn) between(n int) {
 const settleAttempts = 10
 
 // settle puts whatever our table holds in force and deletes our handover
-// table, in one batch: ours is woken (the batch is refused if it is gone:
-// then the handover table stays, in force) and the handover table
-// deleted by the handle read (refused if it is another now). It follows a
-// refused batch of a write through the handover table (err, returned with
-// what is in force afterwards), and clears a handover table left in the
-// way of a write (err nil: nil if it is cleared).
+// table (wakeOurs), after err, a refused batch of a write through the
+// handover table. It returns err, with what is in force afterwards.
 func (c *Conn) settle(name string, err error) error {
-	var now string
-	var failed error
-	for range settleAttempts {
-		ours, ho, rerr := c.ourTables(name)
-		if rerr != nil {
-			failed = rerr
-			break
-		}
-		now = fmt.Sprintf("table inet %s is %s, table inet %s %s", name, ours, HandoverTable(name), ho)
-		if !ours.exists || (ours.awake && !ho.exists) {
-			failed = nil
-			break
-		}
-		nonce, rerr := tokenNonce()
-		if rerr != nil {
-			failed = rerr
-			break
-		}
-		step := replaceStep{addTokens: []setRef{{name, "settle-" + nonce}}, assert: []setRef{{name, "settle-" + nonce}},
-			wake: name, dropHandle: ho.handle}
-		_, failed = c.replace("settle table inet "+name, nil, step, 0, nil)
-		if failed == nil {
-			now = fmt.Sprintf("table inet %s is in force, table inet %s absent", name, HandoverTable(name))
-			break
-		}
-		if !errors.Is(failed, unix.ENOENT) {
-			break
-		}
-	}
-	if err == nil {
-		if failed != nil {
-			return fmt.Errorf("clearing table inet %s: %w", HandoverTable(name), movedErr(failed))
-		}
-		return nil
-	}
+	_, now, failed := c.wakeOurs(name, "")
 	if failed != nil {
 		now = fmt.Sprintf("%s (settling them failed: %v)", now, failed)
 	}
 	return fmt.Errorf("%w; now %s", err, now)
+}
+
+// wakeOurs wakes our table and deletes our handover table, in one batch:
+// ours is named by its token tok, an empty set in it (refused if it is
+// gone), or, with no tok, by one made and deleted in the batch (refused
+// only if ours is gone: then the handover table stays, in force); the
+// handover table by the handle read (refused if it is another now). A
+// refusal reads again, up to settleAttempts times. now says what is in
+// force afterwards.
+func (c *Conn) wakeOurs(name, tok string) (end BatchStats, now string, err error) {
+	for range settleAttempts {
+		var ours, ho tableState
+		if ours, ho, err = c.ourTables(name); err != nil {
+			return BatchStats{}, now, err
+		}
+		now = fmt.Sprintf("table inet %s is %s, table inet %s %s", name, ours, HandoverTable(name), ho)
+		step := replaceStep{wake: name, dropHandle: ho.handle}
+		if tok == "" {
+			if !ours.exists || (ours.awake && !ho.exists) {
+				return BatchStats{}, now, nil
+			}
+			var nonce string
+			if nonce, err = tokenNonce(); err != nil {
+				return BatchStats{}, now, err
+			}
+			step.addTokens = []setRef{{name, "settle-" + nonce}}
+			step.assert = step.addTokens
+		} else {
+			step.assert = []setRef{{name, tok}}
+		}
+		end, err = c.replace("settle table inet "+name, nil, step, 0, nil)
+		if err == nil {
+			return end, fmt.Sprintf("table inet %s is in force, table inet %s absent", name, HandoverTable(name)), nil
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			return BatchStats{}, now, err
+		}
+	}
+	return BatchStats{}, now, err
 }
 
 // replace sends one batch of a whole-table write: step, with t's content
@@ -514,8 +483,6 @@ func (b *writer) writeStep(t *Table, step replaceStep) error {
 		switch {
 		case step.exclusive:
 			err = b.addTable(step.name, flags, step.comment, netlink.Excl)
-		case step.handle != 0:
-			err = errors.Join(b.delTableHandle(step.handle), b.addTable(step.name, flags, step.comment, netlink.Excl))
 		default:
 			// Adding first makes the delete succeed whether or not
 			// the table exists; the kernel keeps an existing table's

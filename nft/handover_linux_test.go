@@ -374,3 +374,20 @@ func TestKernelDeltaCreatingAnIntervalSetIsAtomic(t *testing.T) {
 		t.Errorf("after the retry: drift %q, %v", d, err)
 	}
 }
+
+// tableFlagsOf, for tests, reads the flags of the inet table name; exists is false if
+// there is none.
+func (c *Conn) tableFlagsOf(name string) (flags uint32, exists bool, err error) {
+	info, err := c.tableInfo(name)
+	if errors.Is(err, ErrNoTable) {
+		return 0, false, nil
+	}
+	return info.flags, err == nil, err
+}
+
+// live, for tests, reports whether the inet table name exists and is not dormant: its
+// base chains see packets.
+func (c *Conn) live(name string) (bool, error) {
+	flags, exists, err := c.tableFlagsOf(name)
+	return exists && flags&unix.NFT_TABLE_F_DORMANT == 0, err
+}
