@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -32,6 +33,11 @@ type Conn struct {
 
 	ports ownPorts // of the batch sockets, to tell our commits (see Monitor.Foreign)
 
+	// opened counts the sockets dial opened and the query connections
+	// made, for the tests that hold the sync path to its one batch
+	// socket (see onBatchSocket).
+	opened atomic.Int64
+
 	// betweenBatches, set only by tests, runs after batch n (1 to 3) of
 	// a write through the handover table, for another writer to act
 	// between the batches at a known point.
@@ -42,6 +48,7 @@ type Conn struct {
 // namespace for a query, which sends no batch. Batches that write use
 // newBatchConn.
 func (c *Conn) newQueryConn() (*nftables.Conn, error) {
+	c.opened.Add(1)
 	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers)}
 	if c.nsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(c.nsFd))

@@ -46,3 +46,35 @@ func TestKernelRenderDeltaIsWhatIsSent(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelSyncPathKeepsItsSocket: once a table is written, the reads and
+// deltas of a sync open no socket of their own. Closing a netfilter socket
+// waits for nf_tables to destroy what the last commit replaced (an RCU
+// grace period), which made every delta 5-28 ms slower at 150k pods when
+// WriteDeltaAt read the table's flags on a socket it then closed.
+func TestKernelSyncPathKeepsItsSocket(t *testing.T) {
+	_, c := openTestNS(t)
+	gen0, err := c.Apply(sampleTable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := c.opened.Load()
+	old, new, gen := sampleTable(), changedSample(), gen0.Generation
+	for i := range 4 {
+		d := Diff(old, new)
+		st, err := c.WriteDeltaAt(d, new, gen)
+		if err != nil {
+			t.Fatalf("delta %d: %v", i, err)
+		}
+		if now, err := c.Generation(); err != nil || now != st.Generation {
+			t.Fatalf("delta %d: generation %d, %v; the batch announced %d", i, now, err, st.Generation)
+		}
+		old, new, gen = new, old, st.Generation
+	}
+	if n := c.opened.Load() - opened; n != 0 {
+		t.Errorf("4 deltas and generation reads opened %d sockets besides the batch socket", n)
+	}
+	if drift, err := c.Drift(old); err != nil || drift != "" {
+		t.Errorf("after the deltas, drift %q, %v", drift, err)
+	}
+}

@@ -106,28 +106,30 @@ func (c *Conn) tableInfo(name string) (tableInfo, error) {
 // getTable asks the kernel for the inet table name; ErrNoTable if there
 // is none.
 func (c *Conn) getTable(name string) ([]netlink.Message, error) {
-	nl, err := c.dial()
-	if err != nil {
-		return nil, fmt.Errorf("read table inet %s: netlink: %w", name, err)
-	}
-	defer nl.Close()
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_TABLE_NAME, name)
 	attrs, err := ae.Encode()
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := nl.Execute(netlink.Message{
-		Header: netlink.Header{Type: getTableType, Flags: netlink.Request | netlink.Acknowledge},
-		Data:   append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...),
+	var msgs []netlink.Message
+	// On the batch socket: WriteDeltaAt reads the table before every
+	// delta (see onBatchSocket).
+	err = c.onBatchSocket("read table inet "+name, func(nl *netlink.Conn) error {
+		var err error
+		msgs, err = nl.Execute(netlink.Message{
+			Header: netlink.Header{Type: getTableType, Flags: netlink.Request | netlink.Acknowledge},
+			Data:   append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...),
+		})
+		if err != nil {
+			return fmt.Errorf("read table inet %s: %w", name, err)
+		}
+		return nil
 	})
 	if errors.Is(err, unix.ENOENT) {
 		return nil, fmt.Errorf("read table inet %s: %w", name, ErrNoTable)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read table inet %s: %w", name, err)
-	}
-	return msgs, nil
+	return msgs, err
 }
 
 // ApplyGuarded is Apply for a writer that must not overwrite a table it

@@ -65,6 +65,7 @@ func genOf(m netlink.Message) (uint32, error) {
 
 // dial opens a NETLINK_NETFILTER socket in this Conn's namespace.
 func (c *Conn) dial() (*netlink.Conn, error) {
+	c.opened.Add(1)
 	cfg := &netlink.Config{}
 	if c.nsFd >= 0 {
 		cfg.NetNS = c.nsFd
@@ -90,18 +91,44 @@ func (c *Conn) dialLarge() (*netlink.Conn, error) {
 // changes with every batch anyone commits there; pass it to WriteDeltaAt
 // (or ApplyAt) to write only if nobody has committed since.
 func (c *Conn) Generation() (uint32, error) {
-	nl, err := c.dial()
+	var gen uint32
+	err := c.onBatchSocket("read ruleset generation", func(nl *netlink.Conn) error {
+		var err error
+		gen, err = ReadGeneration(nl)
+		return err
+	})
+	return gen, err
+}
+
+// onBatchSocket runs read (what, for errors), a request and its replies, on the Conn's batch
+// socket. Reads on the sync path (Generation, the table's flags before a
+// delta) must not open and close a socket of their own: closing a
+// NETLINK_NETFILTER socket makes nf_tables finish destroying what the last
+// commit replaced first (nft_rcv_nl_event flushes the destroy work, an RCU
+// grace period), which took 5-28 ms after each delta at 150k pods, more
+// than the delta itself.
+func (c *Conn) onBatchSocket(what string, read func(nl *netlink.Conn) error) error {
+	nl, err := c.batchSocket()
 	if err != nil {
-		return 0, fmt.Errorf("read ruleset generation: netlink: %w", err)
+		return fmt.Errorf("%s: netlink: %w", what, err)
 	}
-	defer nl.Close()
-	return ReadGeneration(nl)
+	err = read(nl)
+	var oe *netlink.OpError
+	if err == nil || errors.As(err, &oe) {
+		// The kernel answered (an error reply included): the socket is
+		// as good as before, and release drains anything left on it.
+		c.releaseBatchSocket(nl)
+	} else {
+		nl.Close()
+	}
+	return err
 }
 
 // ReadGeneration reads the ruleset generation on nl, a NETLINK_NETFILTER
 // socket of the namespace: for a caller that polls it and keeps its own
 // socket open (hack/bench/scale reads it every 0.2 ms, where a socket and
-// two setns calls a read, as Generation makes, cost ~80 against ~17 µs).
+// two setns calls a read cost ~80 against ~17 µs, and its close waits for
+// the last commit's garbage: see onBatchSocket).
 func ReadGeneration(nl *netlink.Conn) (uint32, error) {
 	msgs, err := nl.Execute(netlink.Message{
 		Header: netlink.Header{Type: getGenType, Flags: netlink.Request},
