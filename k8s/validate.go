@@ -115,6 +115,15 @@ func isIPAddressType(t corev1.NodeAddressType) bool {
 // first). It does not check the rest of the pod spec (images, volumes, ...)
 // because nothing here uses it. Any status.phase is accepted.
 func ValidatePod(pod *corev1.Pod) field.ErrorList {
+	if podSurelyValid(pod) {
+		return nil
+	}
+	return validatePodFully(pod)
+}
+
+// validatePodFully is ValidatePod with the API server's own checks, which
+// say what is wrong: for the pods podSurelyValid is not sure of.
+func validatePodFully(pod *corev1.Pod) field.ErrorList {
 	errs := apivalidation.ValidateObjectMeta(&pod.ObjectMeta, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 
 	spec := field.NewPath("spec")
