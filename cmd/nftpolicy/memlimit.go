@@ -18,17 +18,20 @@ import (
 const memoryLimitShare = 0.8
 
 // daemonGCPercent is the daemon's collector target (GOGC) once its
-// first sync is done: the heap may grow by half its live data between
+// first sync is done: the heap may grow by 40% of its live data between
 // collections, not by all of it as by Go's default (100). Afterwards a
-// pod event allocates about 1 MB, so a collection every hundred events or
+// pod event allocates about 1 MB, so a collection every eighty events or
 // so costs nothing to speak of. During the informers' first list the
 // heap is still small and the collector's extra work would take CPU from
 // decoding (and, on a shared machine, from the API server), so the
 // default holds until then. At 150k pods and 10k policies
 // (hack/bench/scale, one run each, the same cluster): GOGC=50 from the
 // start peaked at 600 MB and was programmed 22.0 s after start, GOGC=100
-// throughout 756 MB and 20.1 s.
-const daemonGCPercent = 50
+// throughout 756 MB and 20.1 s. Since the first sync stopped being the
+// peak, the events are: 40 against 50 brought the daemon's high-water
+// mark under churn from 398-406 MB to 384 MB (two interleaved rounds
+// each, docs/performance.md "Round seven").
+const daemonGCPercent = 40
 
 // firstSyncGCPercent is the collector target from the informers' sync to
 // the end of the first sync, the daemon's peak: the decoded cluster, the
