@@ -104,7 +104,11 @@ func leadingEnd(s *Set) bool {
 // encodeList encodes elements of s (all of them or a part) without the
 // leading end element of an interval set.
 func encodeList(s *Set, elems []Element) ([]nftables.SetElement, error) {
-	out := make([]nftables.SetElement, 0, len(elems))
+	return appendEncoded(make([]nftables.SetElement, 0, len(elems)), s, elems)
+}
+
+// appendEncoded is encodeList appending to out.
+func appendEncoded(out []nftables.SetElement, s *Set, elems []Element) ([]nftables.SetElement, error) {
 	fam := s.Key.Family()
 	for i, e := range elems {
 		if !e.Addr.IsValid() || FamilyOf(e.Addr) != fam {
