@@ -30,6 +30,9 @@ type Conn struct {
 	mu     sync.Mutex
 	idle   *netlink.Conn // socket of the last batch, for the next one
 	closed bool
+	// nsUsers counts the holds on nsFd (holdNetns): Close leaves the
+	// handle to the last one to release.
+	nsUsers int
 
 	ports ownPorts // of the batch sockets, to tell our commits (see Monitor.Foreign)
 
@@ -45,15 +48,58 @@ type Conn struct {
 }
 
 // newQueryConn returns a fresh google/nftables connection in this Conn's
-// namespace for a query, which sends no batch. Batches that write use
-// newBatchConn.
-func (c *Conn) newQueryConn() (*nftables.Conn, error) {
+// namespace for a query, which sends no batch, and the release the caller
+// calls when done with it: the library opens its sockets with the
+// namespace handle as it goes. Batches that write use newBatchConn.
+func (c *Conn) newQueryConn() (*nftables.Conn, func(), error) {
+	fd, release, err := c.holdNetns()
+	if err != nil {
+		return nil, nil, err
+	}
 	c.opened.Add(1)
 	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers)}
-	if c.nsFd >= 0 {
-		opts = append(opts, nftables.WithNetNSFd(c.nsFd))
+	if fd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(fd))
 	}
-	return nftables.New(opts...)
+	nl, err := nftables.New(opts...)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return nl, release, nil
+}
+
+// holdNetns returns the namespace handle (-1 for the caller's own
+// namespace), kept open until release is called, or ErrClosed after
+// Close. Whatever makes a socket or enters the namespace holds it: a
+// descriptor closed under it would be another file's number, even
+// another namespace's.
+func (c *Conn) holdNetns() (fd int, release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return -1, nil, ErrClosed
+	}
+	c.nsUsers++
+	var once sync.Once
+	return c.nsFd, func() { once.Do(c.releaseNetns) }, nil
+}
+
+func (c *Conn) releaseNetns() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nsUsers--
+	if c.nsUsers == 0 && c.closed {
+		c.closeNetns()
+	}
+}
+
+// closeNetns closes the namespace handle, once; c.mu is held.
+func (c *Conn) closeNetns() {
+	if c.nsFd >= 0 {
+		unix.Close(c.nsFd)
+		c.nsFd = -1 // closed: holdNetns refuses anyway
+	}
 }
 
 // Socket buffer sizes for a batch. A batch goes to the kernel in a single
@@ -103,17 +149,23 @@ func Open(netns string) (*Conn, error) {
 	return &Conn{nsFd: fd, path: path}, nil
 }
 
-// Close releases the namespace handle.
+// Close releases the parked socket and the namespace handle, at once or
+// when the last call using the handle is done. Afterwards every call
+// fails with ErrClosed; closing again does nothing.
 func (c *Conn) Close() error {
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
 	idle := c.idle
 	c.idle, c.closed = nil, true
+	if c.nsUsers == 0 {
+		c.closeNetns()
+	}
 	c.mu.Unlock()
 	if idle != nil {
 		idle.Close()
-	}
-	if c.nsFd >= 0 {
-		return unix.Close(c.nsFd)
 	}
 	return nil
 }
@@ -125,10 +177,11 @@ func (c *Conn) BaseChains(hook string) ([]BaseChain, error) {
 	if err != nil {
 		return nil, err
 	}
-	nl, err := c.newQueryConn()
+	nl, release, err := c.newQueryConn()
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
+	defer release()
 	chains, err := nl.ListChains()
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)

@@ -84,7 +84,7 @@ func concatIntervalSet(c *Conn) error {
 		b := netip.MustParseAddr(a).As4()
 		return append(b[:], byte(port>>8), byte(port), 0, 0)
 	}
-	if err := nl.AddSet(s, []nftables.SetElement{{Key: key("192.0.2.0", 80), KeyEnd: key("192.0.2.127", 90)}}); err != nil {
+	if err := nl.AddSet(withSetID(s), []nftables.SetElement{{Key: key("192.0.2.0", 80), KeyEnd: key("192.0.2.127", 90)}}); err != nil {
 		return err
 	}
 	_, err = tx.flush(nl)

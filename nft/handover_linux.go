@@ -444,7 +444,7 @@ func (c *Conn) replace(op string, t *Table, step replaceStep, gen uint32, guard 
 func (b *writer) writeStep(t *Table, step replaceStep) error {
 	for _, a := range step.addTokens {
 		set := &nftables.Set{Table: &nftables.Table{Family: nftables.TableFamilyINet, Name: a.table}, Name: a.set, KeyType: nftables.TypeIPAddr}
-		if err := b.nl.AddSet(set, nil); err != nil {
+		if err := b.nl.AddSet(withSetID(set), nil); err != nil {
 			return fmt.Errorf("token %s: %w", a.set, err)
 		}
 		b.stats.Messages++
@@ -497,7 +497,7 @@ func (b *writer) writeStep(t *Table, step replaceStep) error {
 			return err
 		}
 		for _, tok := range step.tokens {
-			if err := b.nl.AddSet(&nftables.Set{Table: b.table, Name: tok, KeyType: nftables.TypeIPAddr}, nil); err != nil {
+			if err := b.nl.AddSet(withSetID(&nftables.Set{Table: b.table, Name: tok, KeyType: nftables.TypeIPAddr}), nil); err != nil {
 				return fmt.Errorf("token %s: %w", tok, err)
 			}
 			b.stats.Messages++
@@ -673,7 +673,7 @@ func (c *Conn) stageSets(op, table string, st staging, gen uint32) (BatchStats, 
 		if s.Verdict {
 			stale.DataType = nftables.TypeVerdict
 		}
-		if err := b.nl.AddSet(stale, nil); err != nil {
+		if err := b.nl.AddSet(withSetID(stale), nil); err != nil {
 			return BatchStats{}, fmt.Errorf("%s: set %s: %w", op, s.Name, err)
 		}
 		b.nl.DelSet(stale)

@@ -43,10 +43,11 @@ func (c *Conn) Inspect() (*Inspection, error) {
 }
 
 func (c *Conn) inspect() (*Inspection, error) {
-	nl, err := c.newQueryConn()
+	nl, release, err := c.newQueryConn()
 	if err != nil {
 		return nil, fmt.Errorf("inspect ruleset: netlink: %w", err)
 	}
+	defer release()
 	raw, err := c.dial()
 	if err != nil {
 		return nil, fmt.Errorf("inspect ruleset: netlink: %w", err)

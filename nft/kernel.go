@@ -15,6 +15,11 @@ type BaseChain struct {
 // ErrNoTable reports that the table asked for does not exist.
 var ErrNoTable = errors.New("table does not exist")
 
+// ErrClosed: the Conn was closed; it opens nothing after Close, so that
+// it can never act in another namespace (its handle's descriptor number
+// may be another file's by then).
+var ErrClosed = errors.New("the nftables connection is closed")
+
 // ErrGenerationChanged reports a batch the kernel refused because the ruleset
 // generation was no longer the one the caller expected: someone else
 // committed. Nothing of the batch was applied. Test for it with errors.Is.

@@ -184,11 +184,16 @@ func (c *Conn) DeleteGuarded(name string, check func(comment string, exists bool
 // the device and inode of the path are compared with those of the handle
 // the Conn holds. A Conn on the current namespace is always fine.
 func (c *Conn) CheckNetns() error {
-	if c.nsFd < 0 {
+	fd, release, err := c.holdNetns()
+	if err != nil {
+		return err
+	}
+	defer release()
+	if fd < 0 {
 		return nil
 	}
 	var held, now unix.Stat_t
-	if err := unix.Fstat(c.nsFd, &held); err != nil {
+	if err := unix.Fstat(fd, &held); err != nil {
 		return fmt.Errorf("netns %s: %w", c.path, err)
 	}
 	if err := unix.Stat(c.path, &now); err != nil {
@@ -303,11 +308,16 @@ const (
 // beaconUID finds the socket bound to o's beacon name in this Conn's
 // namespace and returns its owner's uid.
 func (c *Conn) beaconUID(o Owner) (uid uint32, found bool, err error) {
+	fd, release, err := c.holdNetns()
+	if err != nil {
+		return 0, false, err
+	}
 	var cfg netlink.Config
-	if c.nsFd >= 0 {
-		cfg.NetNS = c.nsFd
+	if fd >= 0 {
+		cfg.NetNS = fd
 	}
 	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, &cfg)
+	release()
 	if err != nil {
 		return 0, false, fmt.Errorf("sock_diag: %w", err)
 	}
@@ -359,11 +369,16 @@ func (c *Conn) beaconUID(o Owner) (uid uint32, found bool, err error) {
 // namespace is the socket's from its creation on, so binding and
 // connecting it happen back in the caller's.
 func (c *Conn) unixSocket() (int, error) {
-	if c.nsFd < 0 {
+	fd, release, err := c.holdNetns()
+	if err != nil {
+		return -1, err
+	}
+	defer release()
+	if fd < 0 {
 		return unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	}
 	return fdInNetns(func() error {
-		if err := unix.Setns(c.nsFd, unix.CLONE_NEWNET); err != nil {
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("enter netns %s: %w", c.path, err)
 		}
 		return nil

@@ -65,10 +65,15 @@ func genOf(m netlink.Message) (uint32, error) {
 
 // dial opens a NETLINK_NETFILTER socket in this Conn's namespace.
 func (c *Conn) dial() (*netlink.Conn, error) {
+	fd, release, err := c.holdNetns()
+	if err != nil {
+		return nil, err
+	}
+	defer release() // a socket keeps the namespace it was made in
 	c.opened.Add(1)
 	cfg := &netlink.Config{}
-	if c.nsFd >= 0 {
-		cfg.NetNS = c.nsFd
+	if fd >= 0 {
+		cfg.NetNS = fd
 	}
 	return netlink.Dial(unix.NETLINK_NETFILTER, cfg)
 }
@@ -366,6 +371,9 @@ func (t *batchTransport) send() error {
 		return err
 	}
 	t.nl = nl
+	// Before the send: the Monitor may read the commit's notification
+	// before sendBatch returns.
+	t.c.ports.add(nl.PID())
 	if err := sendBatch(nl, iov); err != nil {
 		t.broken = true
 		return fmt.Errorf("send batch: %w", err)
@@ -532,7 +540,6 @@ func (c *Conn) batchSocket() (*netlink.Conn, error) {
 		nl.Close()
 		return nil, err
 	}
-	c.ports.add(nl.PID())
 	return nl, nil
 }
 

@@ -3,6 +3,7 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -48,6 +49,24 @@ func (c *Conn) Update(old, new *Table) (BatchStats, error) {
 // checks it, also when it falls back to replacing the whole table.
 func (c *Conn) UpdateAt(old, new *Table, gen uint32) (BatchStats, error) {
 	return c.WriteDeltaAt(Diff(old, new), new, gen)
+}
+
+// nextSetID numbers the sets our batches create. google/nftables numbers
+// a set whose ID is 0 from a package-level counter that only each
+// connection's own lock guards, so two writes at once (two Conns, or a
+// Conn's writers) race on it (go test -race). The kernel finds a set
+// created in the same batch by its ID; ours start far above the
+// library's own count, so the two never meet in one batch.
+var nextSetID atomic.Uint32
+
+func init() { nextSetID.Store(1 << 31) }
+
+// withSetID gives s an ID of ours unless it has one.
+func withSetID(s *nftables.Set) *nftables.Set {
+	for s.ID == 0 {
+		s.ID = nextSetID.Add(1)
+	}
+	return s
 }
 
 // WriteDeltaAt writes d, the delta from the table the kernel holds to new,
@@ -391,7 +410,7 @@ func (b *writer) addSet(s *Set) error {
 		ns.IsMap = true
 		ns.DataType = nftables.TypeVerdict
 	}
-	if err := b.nl.AddSet(ns, nil); err != nil {
+	if err := b.nl.AddSet(withSetID(ns), nil); err != nil {
 		return err
 	}
 	b.sets[s.Name] = ns
