@@ -201,6 +201,12 @@ func validatePodIPs(st *corev1.PodStatus, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p, ip.IP, fmt.Sprintf("must not be a second %s address (at most one pod IP per family)", familyName(a))))
 		}
 	}
+	if len(st.PodIPs) == 0 && st.PodIP != "" {
+		// Not defaulted (DefaultPod makes it podIPs[0]), yet NewPod takes
+		// it as the pod's address: it is checked as one.
+		_, perrs := parseAddr(path.Child("podIP"), st.PodIP)
+		errs = append(errs, perrs...)
+	}
 	if len(st.PodIPs) != 0 && st.PodIP != st.PodIPs[0].IP {
 		errs = append(errs, field.Invalid(path.Child("podIP"), st.PodIP, fmt.Sprintf("must equal status.podIPs[0].ip %q", st.PodIPs[0].IP)))
 	}

@@ -92,7 +92,10 @@ func podIPsSurelyValid(st *corev1.PodStatus) bool {
 			return false
 		}
 	}
-	return len(st.PodIPs) == 0 || st.PodIP == st.PodIPs[0].IP
+	if len(st.PodIPs) == 0 {
+		return st.PodIP == "" // a podIP alone (not defaulted): the full check
+	}
+	return st.PodIP == st.PodIPs[0].IP
 }
 
 // isDNS1123Label is validation.IsDNS1123Label finding nothing: 1 to 63 of
