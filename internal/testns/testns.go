@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // RequireRoot skips t unless the process is root and every one of tools is
@@ -57,8 +58,27 @@ func New(t testing.TB, prefix string) string {
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	t.Cleanup(func() { del(t, name) })
 	return name
+}
+
+// del deletes the namespace name, retrying a refusal a few times (a
+// namespace still being entered or left can be busy for a moment), and
+// fails the test if it stays: a namespace left behind is a leak the next
+// run inherits, never to be ignored.
+func del(t testing.TB, name string) {
+	var out []byte
+	var err error
+	for range 5 {
+		if out, err = exec.Command("ip", "netns", "del", name).CombinedOutput(); err == nil {
+			return
+		}
+		if _, serr := os.Stat("/run/netns/" + name); os.IsNotExist(serr) {
+			return // gone anyway
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("ip netns del %s: %v: %s (the namespace is left behind)", name, err, out)
 }
 
 // Exec runs a command inside the namespace and returns its combined output,
