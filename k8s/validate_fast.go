@@ -1,8 +1,6 @@
 package k8s
 
 import (
-	"net/netip"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -87,8 +85,9 @@ func portsSurelyValid(ports []corev1.ContainerPort) bool {
 func podIPsSurelyValid(st *corev1.PodStatus) bool {
 	var families familySet
 	for _, ip := range st.PodIPs {
-		a, err := netip.ParseAddr(ip.IP)
-		if err != nil || a.Is4In6() || a.Zone() != "" || !families.add(a) {
+		// parseAddr's rules, and no error built unless one is found.
+		a, errs := parseAddr(nil, ip.IP)
+		if len(errs) != 0 || !families.add(a) {
 			return false
 		}
 	}
