@@ -37,7 +37,8 @@
 // It measures two ways in one run:
 //
 //  1. Sync called for each event, no debounce: the whole Sync, and its
-//     CompileTime and WriteTime, and the netlink messages per event. With
+//     CompileTime and WriteTime, the netlink messages and the bytes the
+//     Go heap allocated (runtime/metrics) per event. With
 //     -defer-unions (the default, as the daemon runs), an event whose sync
 //     left new unions of peer lists to merge later (enforcer.Options.
 //     DeferUnions) is followed by an untimed sync that merges them, as Run
@@ -75,6 +76,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -121,6 +123,7 @@ type config struct {
 	kinds                                     map[string]bool // the event kinds to measure; all when empty
 	viaRun                                    bool
 	cpuProfile                                string
+	firstProfile                              string
 	heapProfile                               string
 }
 
@@ -133,6 +136,7 @@ func run() int {
 	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
 	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured events (not the first sync) to this file")
+	flag.StringVar(&cfg.firstProfile, "first-profile", "", "write a CPU profile of the first sync (the whole table, compile and write) to this file, and allocation profiles before and after it to FILE.allocs-before and FILE.allocs-after")
 	flag.StringVar(&cfg.heapProfile, "heapprofile", "", "write a heap profile, taken after the first sync and a collection, to this file: what the compiler and its table hold (the snapshot included)")
 	flag.Func("kinds", "comma-separated event kinds to measure (as the tables name them, e.g. \"namespace label change,policy edit\"); all when not given", func(v string) error {
 		cfg.kinds = map[string]bool{}
@@ -219,10 +223,36 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	defer conn.Close()
 	s := enforcer.NewSyncer(conn, enforcer.Options{Node: node, WalkPolicies: cfg.walkPolicies, DeferUnions: cfg.deferUnions}, enforcer.PrioritySetting{Auto: true}, zap.NewNop())
 
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if cfg.firstProfile != "" {
+		if err := writeAllocs(cfg.firstProfile + ".allocs-before"); err != nil {
+			return err
+		}
+		f, err := os.Create(cfg.firstProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	first, err := s.Sync(base)
+	if cfg.firstProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return fmt.Errorf("first sync: %w", err)
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if cfg.firstProfile != "" {
+		if err := writeAllocs(cfg.firstProfile + ".allocs-after"); err != nil {
+			return err
+		}
 	}
 	local := 0
 	for _, p := range base.Pods {
@@ -232,7 +262,9 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "event -> kernel: %d namespaces, %d pods (%d on this node), %d policies, %d cluster policies; %d events of each kind\n",
 		len(base.Namespaces), len(base.Pods), local, len(base.Policies), len(base.ClusterPolicies), cfg.events)
-	fmt.Fprintf(out, "first sync (whole table): %s, %d messages\n", seconds(time.Since(start)), first.Batch.Messages)
+	fmt.Fprintf(out, "first sync (whole table): %s (compile %s, write %s), %d messages, %.1f MB allocated, %d collections\n",
+		seconds(time.Since(start)), seconds(first.CompileTime), seconds(first.WriteTime), first.Batch.Messages,
+		float64(after.TotalAlloc-before.TotalAlloc)/1e6, after.NumGC-before.NumGC)
 	var rules, elements int
 	for _, ch := range first.Table.Chains {
 		rules += len(ch.Rules)
@@ -296,10 +328,12 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 // each writes a delta, and syncs base again after each kind. The messages
 // column is the mean netlink messages of an event's batch.
 func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, kinds []eventKind, events int) (table, error) {
-	t := table{header: []string{"event", "sync p50", "sync p99", "sync max", "compile p50", "compile p99", "write p50", "write p99", "mean messages", "deferred"}}
+	t := table{header: []string{"event", "sync p50", "sync p99", "sync max", "compile p50", "compile p99", "write p50", "write p99", "mean messages", "mean allocated", "deferred"}}
+	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	for _, kind := range kinds {
 		var syncs, compiles, writes []time.Duration
 		messages, deferred := 0, 0
+		var allocated uint64
 		cur := base
 		for i := range events {
 			if err := ctx.Err(); err != nil {
@@ -319,9 +353,13 @@ func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, ki
 			if err != nil {
 				return t, fmt.Errorf("%s #%d: %w", kind.name, i, err)
 			}
+			metrics.Read(allocs)
+			before := allocs[0].Value.Uint64()
 			start := time.Now()
 			res, err := s.Sync(next)
 			took := time.Since(start)
+			metrics.Read(allocs)
+			allocated += allocs[0].Value.Uint64() - before
 			if err != nil {
 				return t, fmt.Errorf("%s #%d: sync: %w", kind.name, i, err)
 			}
@@ -357,6 +395,7 @@ func measureSync(ctx context.Context, s *enforcer.Syncer, base *k8s.Snapshot, ki
 			millis(percentile(compiles, 0.50)), millis(percentile(compiles, 0.99)),
 			millis(percentile(writes, 0.50)), millis(percentile(writes, 0.99)),
 			fmt.Sprintf("%.1f", float64(messages)/float64(events)),
+			fmt.Sprintf("%.0f kB", float64(allocated)/float64(events)/1e3),
 			fmt.Sprint(deferred),
 		})
 	}
@@ -457,6 +496,23 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 
 func millis(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// writeAllocs writes the allocation profile so far to path: two of them,
+// before and after, give what happened between (go tool pprof
+// -sample_index=alloc_space -base BEFORE AFTER). The profile counts what
+// was allocated up to the last collection: one runs first.
+func writeAllocs(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }

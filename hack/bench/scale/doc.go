@@ -94,6 +94,9 @@
 //     netlink in its namespace, at which table inet nftpolicy exists and
 //     holds chains;
 //   - start_to_ready_s: to /readyz answering 200, polled every 5 ms;
+//   - cpu_to_programmed_s: the CPU time (user and system, /proc/PID/stat)
+//     the daemon had used when it was seen programmed: its own work,
+//     steadier than the time where the API server shares the cores;
 //   - rss_mb: VmRSS (/proc/PID/status, read from outside) -settle after
 //     ready; hwm_mb: VmHWM at the end; rss_peak_mb: the largest VmRSS of
 //     those sampled every 100 ms from start to end, and rss_peak_at_s when
@@ -117,7 +120,11 @@
 //     cache (resourceVersion 0), decoded by a bare client, the best of
 //     two. No daemon knows every pod sooner, and on this machine the API
 //     server shares the cores with the daemon: compare
-//     start_to_programmed_s with it, not only with a target in seconds.
+//     start_to_programmed_s with it, not only with a target in seconds;
+//   - watchlist_pods_s: the same floor as the daemon's informers list:
+//     one watch of every pod with its initial events (sendInitialEvents,
+//     WatchList) up to the bookmark that ends them, decoded by a bare
+//     client, the best of two. The informers' sync cannot come sooner.
 //
 // MB are 2^20 bytes.
 //

@@ -18,7 +18,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftpolicy/nftpolicy/enforcer"
@@ -136,11 +138,13 @@ type results struct {
 	createTime                                   time.Duration
 	createObjects                                int
 	listPods                                     time.Duration // listFloor
+	watchListPods                                time.Duration // watchListFloor
 	bin                                          string        // the binary's label (binLabels)
 	round                                        int           // from 1
 	toProgrammed, toReady, rssPeakAt             time.Duration
-	rss, hwm, rssPeak, heapInuse, heapAlloc      uint64 // bytes
-	rssEvents                                    uint64 // the largest VmRSS sampled while the events ran
+	cpuProgrammed                                time.Duration // the daemon's CPU until programmed
+	rss, hwm, rssPeak, heapInuse, heapAlloc      uint64        // bytes
+	rssEvents                                    uint64        // the largest VmRSS sampled while the events ran
 	rxReady, rxTotal                             int64
 	metrics                                      map[string]float64 // the daemon's, at the steady reading
 	events                                       []kindResult
@@ -223,6 +227,10 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "API floor: a protobuf list of every pod, from the watch cache, decoded: %s (the best of 2)\n", seconds(cluster.listPods))
+	if cluster.watchListPods, err = watchListFloor(ctx, client, len(snap.Pods)); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "API floor, streamed: a protobuf watch of every pod with its initial events (WatchList, as the daemon's informers), decoded: %s (the best of 2)\n", seconds(cluster.watchListPods))
 
 	b := &bencher{cfg: cfg, out: out, work: work, srv: srv, client: client, plan: plan, runs: len(bins) * cfg.rounds}
 	var all []*results
@@ -445,6 +453,7 @@ func printComparison(w io.Writer, labels []string, rounds int, all []*results) {
 	}
 	cols := []column{
 		{"start_to_programmed_s", func(r *results) float64 { return r.toProgrammed.Seconds() }},
+		{"cpu_to_programmed_s", func(r *results) float64 { return r.cpuProgrammed.Seconds() }},
 		{"rss_mb", func(r *results) float64 { return float64(r.rss) / (1 << 20) }},
 		{"hwm_mb", func(r *results) float64 { return float64(r.hwm) / (1 << 20) }},
 		{"heap_mb", func(r *results) float64 { return float64(r.heapInuse) / (1 << 20) }},
@@ -530,6 +539,8 @@ func (r *results) summary() string {
 		fmt.Sprintf("create_s=%.0f", r.createTime.Seconds()),
 		fmt.Sprintf("create_objects_per_s=%.0f", float64(r.createObjects)/r.createTime.Seconds()),
 		fmt.Sprintf("list_pods_s=%.2f", r.listPods.Seconds()),
+		fmt.Sprintf("watchlist_pods_s=%.2f", r.watchListPods.Seconds()),
+		fmt.Sprintf("cpu_to_programmed_s=%.2f", r.cpuProgrammed.Seconds()),
 		fmt.Sprintf("elements=%.0f", r.metrics["nftpolicy_programmed_elements"]),
 	}
 	for _, k := range r.events {
@@ -592,4 +603,55 @@ func listFloor(ctx context.Context, client kubernetes.Interface, want int) (time
 		best = min(best, took)
 	}
 	return best, nil
+}
+
+// watchListFloor is listFloor as the daemon's informers list: one watch
+// that sends every pod as an event first (sendInitialEvents, WatchList)
+// and then a bookmark marking their end; each event decoded and dropped.
+// The best of two.
+func watchListFloor(ctx context.Context, client kubernetes.Interface, want int) (time.Duration, error) {
+	best := time.Duration(math.MaxInt64)
+	for range 2 {
+		took, err := watchListOnce(ctx, client, want)
+		if err != nil {
+			return 0, fmt.Errorf("watch every pod with its initial events: %w", err)
+		}
+		best = min(best, took)
+	}
+	return best, nil
+}
+
+func watchListOnce(ctx context.Context, client kubernetes.Interface, want int) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	yes := true
+	t := time.Now()
+	w, err := client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{
+		SendInitialEvents:    &yes,
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		AllowWatchBookmarks:  true,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	added := 0
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Added:
+			added++
+		case watch.Bookmark:
+			m, err := meta.Accessor(ev.Object)
+			if err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				took := time.Since(t)
+				if added != want {
+					return 0, fmt.Errorf("%d pods before the end of the initial events, want %d", added, want)
+				}
+				return took, nil
+			}
+		case watch.Error:
+			return 0, fmt.Errorf("%v", ev.Object)
+		}
+	}
+	return 0, fmt.Errorf("the watch ended after %d pods, before the end of the initial events (%v)", added, ctx.Err())
 }
