@@ -142,6 +142,10 @@ type Compiler struct {
 	bit  uint32
 	call uint64 // Compile calls so far: the number of the current one
 
+	// peerAddrs is computePeers' scratch list of addresses, kept from one
+	// call to the next.
+	peerAddrs []netip.Addr
+
 	// The snapshot lists last walked (see walkChanges).
 	nsList     []*corev1.Namespace
 	podList    []*k8s.Pod
