@@ -3,7 +3,6 @@ package nft
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
@@ -27,23 +26,19 @@ import (
 // checks, where nft can run, that the golden file is still what nft
 // prints, and -update rewrites it from nft, never from us.
 
-// sentBatch returns the messages the writer sends for t, begin and end
-// included, without a kernel.
+// sentBatch returns the messages the writer queues for t, without a
+// kernel: those it hands the library, and the set element messages it
+// encodes itself (appendElemMessage), as the batch holds them.
 func sentBatch(t *testing.T, table *Table) []netlink.Message {
 	t.Helper()
-	var sent []netlink.Message
-	nl, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		if req != nil {
-			sent = append(sent, req...)
-			return nil, nil
-		}
-		return nil, io.EOF // no reply: as the batch transport answers a dry socket
-	}))
+	tx := &batchTransport{}
+	nl, err := nftables.New(nftables.WithTestDial(tx.roundTrip))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &writer{
 		nl:     nl,
+		tx:     tx,
 		table:  &nftables.Table{Family: nftables.TableFamilyINet, Name: table.Name},
 		chains: map[string]*nftables.Chain{},
 		sets:   map[string]*nftables.Set{},
@@ -51,10 +46,44 @@ func sentBatch(t *testing.T, table *Table) []netlink.Message {
 	if err := b.writeTable(table); err != nil {
 		t.Fatal(err)
 	}
-	if err := nl.Flush(); err != nil {
+	if err := tx.handOver(nl); err != nil {
 		t.Fatal(err)
 	}
-	return sent
+	return batchMessages(t, tx)
+}
+
+// batchMessages decodes the messages a batch transport holds.
+func batchMessages(t *testing.T, tx *batchTransport) []netlink.Message {
+	t.Helper()
+	var all []byte
+	for _, p := range tx.pages {
+		all = append(all, p...)
+	}
+	var out []netlink.Message
+	for len(all) > 0 {
+		if len(all) < nlmsgHeaderLen {
+			t.Fatalf("a batch ends in %d bytes, less than a header", len(all))
+		}
+		n := int(binary.NativeEndian.Uint32(all))
+		if n < nlmsgHeaderLen || n > len(all) {
+			t.Fatalf("a message of %d bytes in %d", n, len(all))
+		}
+		out = append(out, netlink.Message{
+			Header: netlink.Header{
+				Length:   uint32(n),
+				Type:     netlink.HeaderType(binary.NativeEndian.Uint16(all[4:])),
+				Flags:    netlink.HeaderFlags(binary.NativeEndian.Uint16(all[6:])),
+				Sequence: binary.NativeEndian.Uint32(all[8:]),
+				PID:      binary.NativeEndian.Uint32(all[12:]),
+			},
+			Data: all[nlmsgHeaderLen:n],
+		})
+		all = all[min(nlmsgAlign(n), len(all)):]
+	}
+	if len(out) != tx.messages {
+		t.Fatalf("decoded %d messages from a batch of %d", len(out), tx.messages)
+	}
+	return out
 }
 
 // debugNetlink prints the rules and set elements of a batch as

@@ -8,6 +8,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // elementsPerMessage bounds how many set elements go into one netlink
@@ -152,6 +154,9 @@ type writer struct {
 	// handedOver: stats.Messages when the library's messages were last
 	// handed over to tx (queued).
 	handedOver int
+	// elemBuf encodes one set element message after another
+	// (appendElemMessage): tx copies each into the batch.
+	elemBuf []byte
 }
 
 func (c *Conn) newWriter(table string, gen uint32) (*writer, error) {
@@ -392,24 +397,7 @@ func (b *writer) addSet(s *Set) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	ns := &nftables.Set{
-		Table:        b.table,
-		Name:         s.Name,
-		Comment:      s.Comment,
-		Interval:     s.Interval,
-		KeyByteOrder: binaryutil.BigEndian,
-		KeyType:      keyDatatype(s.Key),
-		// An interval concatenation is flagged, and its fields' lengths
-		// declared (NFTA_SET_DESC_CONCAT), as nft does: the kernel picks
-		// its pipapo set by them. An exact one, set or verdict map, is
-		// neither, as nft declares it (nft 1.0.6 --debug mnl), and the
-		// kernel picks a hash set.
-		Concatenation: s.protoPortMap(),
-	}
-	if s.Verdict {
-		ns.IsMap = true
-		ns.DataType = nftables.TypeVerdict
-	}
+	ns := b.librarySet(s)
 	if err := b.nl.AddSet(withSetID(ns), nil); err != nil {
 		return err
 	}
@@ -450,6 +438,29 @@ func (b *writer) addSet(s *Set) error {
 	return b.elements(ns, pending, true)
 }
 
+// librarySet is s as google/nftables declares it, in the writer's table.
+func (b *writer) librarySet(s *Set) *nftables.Set {
+	ns := &nftables.Set{
+		Table:        b.table,
+		Name:         s.Name,
+		Comment:      s.Comment,
+		Interval:     s.Interval,
+		KeyByteOrder: binaryutil.BigEndian,
+		KeyType:      keyDatatype(s.Key),
+		// An interval concatenation is flagged, and its fields' lengths
+		// declared (NFTA_SET_DESC_CONCAT), as nft does: the kernel picks
+		// its pipapo set by them. An exact one, set or verdict map, is
+		// neither, as nft declares it (nft 1.0.6 --debug mnl), and the
+		// kernel picks a hash set.
+		Concatenation: s.protoPortMap(),
+	}
+	if s.Verdict {
+		ns.IsMap = true
+		ns.DataType = nftables.TypeVerdict
+	}
+	return ns
+}
+
 // updateElements queues the difference between the encoded elements of two
 // versions of a set. Diffing the encoded form handles interval sets
 // exactly: a range is a start and an end element, and the leading end
@@ -476,29 +487,41 @@ func (b *writer) updateElements(u SetUpdate) error {
 }
 
 // elements queues additions (or deletions) in messages of at most
-// elementsPerMessage elements.
+// elementsPerMessage elements, encoded by appendElemMessage straight into
+// the batch (after the library's messages so far, which keeps the order).
 func (b *writer) elements(ns *nftables.Set, elems []nftables.SetElement, add bool) error {
+	// The library's header, deletions too (add drops its ack flag).
+	typ := netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_DELSETELEM)
+	if add {
+		typ = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWSETELEM)
+	}
+	const flags = netlink.Request | netlink.Create
 	for len(elems) > 0 {
 		n := min(len(elems), elementsPerMessage)
 		// Interval sets must not split a start from its end element.
 		if ns.Interval && n < len(elems) && elems[n].IntervalEnd {
 			n++
 		}
+		for i := range elems[:n] {
+			if !elementFieldsKnown(&elems[i]) {
+				return fmt.Errorf("set %s: element %d sets a field the element encoder does not know", ns.Name, i)
+			}
+		}
+		if err := b.tx.handOver(b.nl); err != nil {
+			return err
+		}
 		var err error
+		if b.elemBuf, err = appendElemMessage(b.elemBuf[:0], ns, elems[:n]); err != nil {
+			return err
+		}
+		b.tx.add(netlink.Message{Header: netlink.Header{Type: typ, Flags: flags}, Data: b.elemBuf})
 		if add {
-			err = b.nl.SetAddElements(ns, elems[:n])
 			b.stats.ElementsAdded += n
 		} else {
-			err = b.nl.SetDeleteElements(ns, elems[:n])
 			b.stats.ElementsDeleted += n
 		}
-		if err != nil {
-			return err
-		}
 		b.stats.Messages++
-		if err := b.queued(); err != nil {
-			return err
-		}
+		b.handedOver = b.stats.Messages // nothing of the library's is left
 		elems = elems[n:]
 	}
 	return nil
