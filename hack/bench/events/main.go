@@ -135,7 +135,7 @@ func run() int {
 	flag.IntVar(&cfg.clusterPolicies, "cluster-policies", 0, "ClusterNetworkPolicies in the cluster; above 0 adds the cnp event kinds")
 	flag.IntVar(&cfg.local, "local", 110, "pods on the node under test (about)")
 	flag.IntVar(&cfg.events, "events", 200, "events of each kind")
-	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured events (not the first sync) to this file")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured events (not the first sync) to this file, and allocation profiles before and after them to FILE.allocs-before and FILE.allocs-after")
 	flag.StringVar(&cfg.firstProfile, "first-profile", "", "write a CPU profile of the first sync (the whole table, compile and write) to this file, and allocation profiles before and after it to FILE.allocs-before and FILE.allocs-after")
 	flag.StringVar(&cfg.heapProfile, "heapprofile", "", "write a heap profile, taken after the first sync and a collection, to this file: what the compiler and its table hold (the snapshot included)")
 	flag.Func("kinds", "comma-separated event kinds to measure (as the tables name them, e.g. \"namespace label change,policy edit\"); all when not given", func(v string) error {
@@ -292,6 +292,9 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	}
 
 	if cfg.cpuProfile != "" {
+		if err := writeAllocs(cfg.cpuProfile + ".allocs-before"); err != nil {
+			return err
+		}
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {
 			return err
@@ -303,6 +306,9 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	direct, err := measureSync(ctx, s, base, kinds, cfg.events)
+	if cfg.cpuProfile != "" && err == nil {
+		err = writeAllocs(cfg.cpuProfile + ".allocs-after")
+	}
 	if err != nil {
 		return err
 	}
