@@ -11,6 +11,26 @@ import (
 	"github.com/nftpolicy/nftpolicy/nft"
 )
 
+// builderAndSorted is the oracle's side: what an IPSetBuilder makes of
+// blocks (if any) and addrs, and addrs sorted without repeats, as
+// computePeers hands them to mergeAddrs.
+func builderAndSorted(t *testing.T, blocks *netipx.IPSet, addrs []netip.Addr) (*netipx.IPSet, []netip.Addr) {
+	t.Helper()
+	var b netipx.IPSetBuilder
+	if blocks != nil {
+		b.AddSet(blocks)
+	}
+	for _, a := range addrs {
+		b.Add(a)
+	}
+	set, err := b.IPSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return set, slices.Compact(addrs)
+}
+
 // TestMergeAddrsIsRangesOf holds mergeAddrs to what an IPSetBuilder
 // makes of the same addresses (rangesOf), on random lists of both
 // families that run into each other, repeat, and touch the ends of the
@@ -40,16 +60,7 @@ func TestMergeAddrsIsRangesOf(t *testing.T) {
 				addrs = append(addrs, netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(3)), byte(rng.IntN(256))}))
 			}
 		}
-		var b netipx.IPSetBuilder
-		for _, a := range addrs {
-			b.Add(a)
-		}
-		set, err := b.IPSet()
-		if err != nil {
-			t.Fatal(err)
-		}
-		slices.SortFunc(addrs, netip.Addr.Compare)
-		addrs = slices.Compact(addrs)
+		set, addrs := builderAndSorted(t, nil, addrs)
 		for _, f := range families {
 			want := rangesOf(set, f)
 			if got := mergeAddrs(addrs, f); !slices.Equal(got, want) {
@@ -102,17 +113,7 @@ func TestUnionRangesIsTheBuilder(t *testing.T) {
 				addrs = append(addrs, netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(3)), byte(rng.IntN(256))}))
 			}
 		}
-		var all netipx.IPSetBuilder
-		all.AddSet(blockSet)
-		for _, a := range addrs {
-			all.Add(a)
-		}
-		set, err := all.IPSet()
-		if err != nil {
-			t.Fatal(err)
-		}
-		slices.SortFunc(addrs, netip.Addr.Compare)
-		addrs = slices.Compact(addrs)
+		set, addrs := builderAndSorted(t, blockSet, addrs)
 		for _, f := range families {
 			want := rangesOf(set, f)
 			if got := unionRanges(mergeAddrs(addrs, f), rangesOf(blockSet, f)); !slices.Equal(got, want) {

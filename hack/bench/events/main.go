@@ -226,33 +226,20 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	if cfg.firstProfile != "" {
-		if err := writeAllocs(cfg.firstProfile + ".allocs-before"); err != nil {
-			return err
-		}
-		f, err := os.Create(cfg.firstProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopFirst, err := startProfiles(cfg.firstProfile)
+	if err != nil {
+		return err
 	}
 	start := time.Now()
 	first, err := s.Sync(base)
-	if cfg.firstProfile != "" {
-		pprof.StopCPUProfile()
+	took := time.Since(start)
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if perr := stopFirst(); err == nil {
+		err = perr
 	}
 	if err != nil {
 		return fmt.Errorf("first sync: %w", err)
-	}
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
-	if cfg.firstProfile != "" {
-		if err := writeAllocs(cfg.firstProfile + ".allocs-after"); err != nil {
-			return err
-		}
 	}
 	local := 0
 	for _, p := range base.Pods {
@@ -263,7 +250,7 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "event -> kernel: %d namespaces, %d pods (%d on this node), %d policies, %d cluster policies; %d events of each kind\n",
 		len(base.Namespaces), len(base.Pods), local, len(base.Policies), len(base.ClusterPolicies), cfg.events)
 	fmt.Fprintf(out, "first sync (whole table): %s (compile %s, write %s), %d messages, %.1f MB allocated, %d collections\n",
-		seconds(time.Since(start)), seconds(first.CompileTime), seconds(first.WriteTime), first.Batch.Messages,
+		seconds(took), seconds(first.CompileTime), seconds(first.WriteTime), first.Batch.Messages,
 		float64(after.TotalAlloc-before.TotalAlloc)/1e6, after.NumGC-before.NumGC)
 	var rules, elements int
 	for _, ch := range first.Table.Chains {
@@ -291,23 +278,13 @@ func bench(ctx context.Context, cfg config, out io.Writer) error {
 		}
 	}
 
-	if cfg.cpuProfile != "" {
-		if err := writeAllocs(cfg.cpuProfile + ".allocs-before"); err != nil {
-			return err
-		}
-		f, err := os.Create(cfg.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopEvents, err := startProfiles(cfg.cpuProfile)
+	if err != nil {
+		return err
 	}
 	direct, err := measureSync(ctx, s, base, kinds, cfg.events)
-	if cfg.cpuProfile != "" && err == nil {
-		err = writeAllocs(cfg.cpuProfile + ".allocs-after")
+	if perr := stopEvents(); err == nil {
+		err = perr
 	}
 	if err != nil {
 		return err
@@ -502,6 +479,33 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 
 func millis(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// startProfiles starts a CPU profile to path, after writing the
+// allocation profile so far to path.allocs-before; stop ends it and
+// writes path.allocs-after. With no path, it does nothing.
+func startProfiles(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	if err := writeAllocs(path + ".allocs-before"); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return err
+		}
+		return writeAllocs(path + ".allocs-after")
+	}, nil
 }
 
 // writeAllocs writes the allocation profile so far to path: two of them,
