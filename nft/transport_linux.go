@@ -266,6 +266,20 @@ func (t *batchTransport) keep(req []netlink.Message) error {
 	return nil
 }
 
+// addOwn adds a message the writer encoded itself (not through the
+// library: appendElemMessage), after the library's so far, which the
+// caller has handed over.
+func (t *batchTransport) addOwn(m netlink.Message) error {
+	if t.keepErr != nil {
+		return t.keepErr
+	}
+	if t.nl != nil {
+		return errors.New("batch transport: messages after the send")
+	}
+	t.add(m)
+	return nil
+}
+
 // add encodes one message at the end of the batch. No ack and no echo per
 // message: the kernel reports failures anyway, and the NEWGEN echo, asked
 // for by the first message, confirms the commit. The library asks for an

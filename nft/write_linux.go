@@ -514,7 +514,9 @@ func (b *writer) elements(ns *nftables.Set, elems []nftables.SetElement, add boo
 		if b.elemBuf, err = appendElemMessage(b.elemBuf[:0], ns, elems[:n]); err != nil {
 			return err
 		}
-		b.tx.add(netlink.Message{Header: netlink.Header{Type: typ, Flags: flags}, Data: b.elemBuf})
+		if err := b.tx.addOwn(netlink.Message{Header: netlink.Header{Type: typ, Flags: flags}, Data: b.elemBuf}); err != nil {
+			return err
+		}
 		if add {
 			b.stats.ElementsAdded += n
 		} else {
