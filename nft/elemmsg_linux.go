@@ -60,11 +60,33 @@ func appendElemMessage(buf []byte, s *nftables.Set, elems []nftables.SetElement)
 		endNested(buf, item)
 	}
 	if len(buf)-list > 0xffff {
-		return nil, fmt.Errorf("set %s: %d elements do not fit one netlink attribute (%d bytes)", s.Name, len(elems), len(buf)-list)
+		return nil, fmt.Errorf("%d elements do not fit one netlink attribute (%d bytes)", len(elems), len(buf)-list)
 	}
 	endNested(buf, list)
 	return buf, nil
 }
+
+// encodedElemSize is the bytes appendElemMessage writes for e in the
+// element list (TestEncodedElemSize holds it to the encoder).
+func encodedElemSize(e *nftables.SetElement) int {
+	n := nlaHeaderLen // the element's own nested attribute
+	if e.IntervalEnd {
+		n += nlaHeaderLen + 4
+	}
+	n += 2*nlaHeaderLen + nlaAlign(len(e.Key))
+	if len(e.KeyEnd) > 0 {
+		n += 2*nlaHeaderLen + nlaAlign(len(e.KeyEnd))
+	}
+	if v := e.VerdictData; v != nil {
+		n += 3*nlaHeaderLen + 4 // data, verdict, code
+		if v.Chain != "" {
+			n += nlaHeaderLen + nlaAlign(len(v.Chain)+1)
+		}
+	}
+	return n
+}
+
+func nlaAlign(n int) int { return (n + 3) &^ 3 }
 
 // elementFieldsKnown reports whether appendElemMessage encodes every
 // field e sets.
@@ -115,8 +137,8 @@ func beginNested(buf *[]byte, typ uint16) int {
 
 // endNested writes the length of the nested attribute begun at at: its
 // children are each padded, so it needs no padding of its own. Its length
-// field is 16 bits: elementsPerMessage keeps a message's element list
-// far under that, and appendElemMessage checks.
+// field is 16 bits: the writer cuts messages by their elements' encoded
+// size (elementListBytes) to stay under it, and appendElemMessage checks.
 func endNested(buf []byte, at int) {
 	binary.NativeEndian.PutUint16(buf[at:], uint16(min(len(buf)-at, 0xffff)))
 }

@@ -2,9 +2,9 @@ package nft
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables"
@@ -108,20 +108,51 @@ func TestElemMessageIsTheLibrarys(t *testing.T) {
 }
 
 // TestElemMessageTooLarge: a message whose element list would overflow
-// its 16-bit attribute length is refused, not sent cut short.
+// its 16-bit attribute length is refused, not sent cut short (the writer
+// cuts messages so that this never happens: TestHostileRound13Sets*).
 func TestElemMessageTooLarge(t *testing.T) {
 	b := &writer{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: "nftpolicy"}}
-	s := &Set{Name: "big", Key: KeyIPv6}
-	ns := withSetID(b.librarySet(s))
+	ns := withSetID(b.librarySet(&Set{Name: "big", Key: KeyIPv6}))
 	var elems []nftables.SetElement
 	for i := range 3000 {
 		elems = append(elems, nftables.SetElement{Key: netip.AddrFrom16([16]byte{0: 0xfd, 14: byte(i >> 8), 15: byte(i)}).AsSlice()})
 	}
-	_, err := appendElemMessage(nil, ns, elems)
-	if err == nil {
-		t.Fatal("3000 IPv6 elements in one message: no error")
+	if _, err := appendElemMessage(nil, ns, elems); err == nil || !strings.Contains(err.Error(), "do not fit") {
+		t.Fatalf("3000 IPv6 elements in one message: %v, want an error saying they do not fit", err)
 	}
-	if want := fmt.Sprintf("set %s", s.Name); !bytes.Contains([]byte(err.Error()), []byte(want)) {
-		t.Errorf("the error %q does not name the set", err)
+}
+
+// TestEncodedElemSize: the size the writer cuts messages by is the size
+// the encoder writes, element by element, for every kind of set, and for
+// verdicts naming chains of every length up to the kernel's 255 bytes.
+func TestEncodedElemSize(t *testing.T) {
+	b := &writer{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: "nftpolicy"}}
+	sets := elemMessageSets()
+	long := &Set{Name: "long-chains-v6", Key: KeyIPv6, Verdict: true}
+	for i := range 256 {
+		long.Elements = append(long.Elements, Element{
+			Addr:    netip.AddrFrom16([16]byte{0: 0xfd, 14: byte(i >> 8), 15: byte(i)}),
+			Verdict: Verdict{Kind: Jump, Chain: string(bytes.Repeat([]byte{'c'}, max(1, i)))},
+		})
+	}
+	for _, s := range append(sets, long) {
+		ns := withSetID(b.librarySet(s))
+		elems, err := encodeElements(s)
+		if err != nil {
+			t.Fatalf("set %s: %v", s.Name, err)
+		}
+		empty, err := appendElemMessage(nil, ns, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range elems {
+			one, err := appendElemMessage(nil, ns, elems[i:i+1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := encodedElemSize(&elems[i]), len(one)-len(empty); got != want {
+				t.Fatalf("set %s, element %d (%+v): encodedElemSize %d, the encoder wrote %d", s.Name, i, elems[i], got, want)
+			}
+		}
 	}
 }

@@ -13,10 +13,16 @@ import (
 )
 
 // elementsPerMessage bounds how many set elements go into one netlink
-// message. The element list is a nested attribute whose length field is 16
-// bits, so one message must stay well under 64 KiB: a v6 concatenated
-// element with its attributes is about 60 bytes.
-const elementsPerMessage = 512
+// message, and elementListBytes how many bytes of them. The element list
+// is a nested attribute whose length field is 16 bits: 512 plain IPv6
+// elements are ~16 KB, but a verdict map's element carries its chain's
+// name, and 512 jumps to pod chains of 85-byte names are 70 KB. Before
+// the byte bound, such a list's length wrapped and the kernel kept a
+// fraction of the elements (hostile round 13: 632 of 2,000).
+const (
+	elementsPerMessage = 512
+	elementListBytes   = 48 << 10
+)
 
 // Apply replaces the table with t in one netlink batch: the table is
 // created if missing, deleted, and written anew, and the kernel commits the
@@ -497,15 +503,21 @@ func (b *writer) elements(ns *nftables.Set, elems []nftables.SetElement, add boo
 	}
 	const flags = netlink.Request | netlink.Create
 	for len(elems) > 0 {
-		n := min(len(elems), elementsPerMessage)
-		// Interval sets must not split a start from its end element.
-		if ns.Interval && n < len(elems) && elems[n].IntervalEnd {
+		n, size := 0, 0
+		for n < len(elems) && n < elementsPerMessage {
+			if !elementFieldsKnown(&elems[n]) {
+				return fmt.Errorf("set %s: element %d sets a field the element encoder does not know", ns.Name, n)
+			}
+			size += encodedElemSize(&elems[n])
+			if n > 0 && size > elementListBytes {
+				break
+			}
 			n++
 		}
-		for i := range elems[:n] {
-			if !elementFieldsKnown(&elems[i]) {
-				return fmt.Errorf("set %s: element %d sets a field the element encoder does not know", ns.Name, i)
-			}
+		// Interval sets must not split a start from its end element (one
+		// more stays far under the 64 KiB of the attribute).
+		if ns.Interval && n < len(elems) && elems[n].IntervalEnd {
+			n++
 		}
 		if err := b.tx.handOver(b.nl); err != nil {
 			return err
