@@ -73,11 +73,12 @@ func TestMergeAddrsIsRangesOf(t *testing.T) {
 	}
 }
 
-// TestUnionRangesIsTheBuilder: the ranges of pods' addresses merged with
-// those of ipBlocks (with excepts) by unionRanges are what an
+// TestMergeRangesWithBlocksIsTheBuilder: the ranges of pods' addresses
+// merged with those of ipBlocks (with excepts) by mergeRanges, as
+// computePeers merges them, are what an
 // IPSetBuilder given both makes, on random blocks that overlap, touch,
 // and hold or border the addresses.
-func TestUnionRangesIsTheBuilder(t *testing.T) {
+func TestMergeRangesWithBlocksIsTheBuilder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 14))
 	prefix := func() netip.Prefix {
 		if rng.IntN(3) == 0 {
@@ -116,8 +117,8 @@ func TestUnionRangesIsTheBuilder(t *testing.T) {
 		set, addrs := builderAndSorted(t, blockSet, addrs)
 		for _, f := range families {
 			want := rangesOf(set, f)
-			if got := unionRanges(mergeAddrs(addrs, f), rangesOf(blockSet, f)); !slices.Equal(got, want) {
-				t.Fatalf("round %d, family %v, blocks %v, addresses %v:\nunionRanges %v\nthe builder %v", round, f, blockSet.Prefixes(), addrs, got, want)
+			if got := mergeRanges(mergeAddrs(addrs, f), rangesOf(blockSet, f)); !slices.Equal(got, want) {
+				t.Fatalf("round %d, family %v, blocks %v, addresses %v:\nmergeRanges %v\nthe builder %v", round, f, blockSet.Prefixes(), addrs, got, want)
 			}
 		}
 	}

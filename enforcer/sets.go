@@ -203,7 +203,7 @@ func (c *Compiler) dropSets(sets map[nft.IPFamily]*nft.Set) {
 // the ipBlocks and of the addresses of the pods the selectors name.
 //
 // The addresses are sorted and merged here (mergeAddrs), and the
-// ipBlocks' ranges merged in after (unionRanges), rather than all put
+// ipBlocks' ranges merged in after (mergeRanges), rather than all put
 // through an IPSetBuilder, which keeps a range per address added and
 // copies them three times over: at the first sync of 150k pods and 10k
 // policies that was ~75 MB of the compile's allocations.
@@ -248,7 +248,7 @@ func (c *Compiler) computePeers(e *peerSets) {
 		for _, f := range families {
 			elems := mergeAddrs(addrs, f)
 			if e.parsed.blocks != nil {
-				elems = unionRanges(elems, rangesOf(e.parsed.blocks, f))
+				elems = mergeRanges(elems, rangesOf(e.parsed.blocks, f))
 			}
 			c.setPeerElements(e, f, elems)
 		}
@@ -265,47 +265,6 @@ func (c *Compiler) computePeers(e *peerSets) {
 	for _, f := range families {
 		c.setPeerElements(e, f, rangesOf(set, f))
 	}
-}
-
-// unionRanges merges two lists of ranges of one family, each sorted and
-// merged as rangesOf leaves them, into one such list: ranges that overlap
-// or touch become one. Either list is returned as it is when the other is
-// empty.
-func unionRanges(a, b []nft.Element) []nft.Element {
-	if len(a) == 0 {
-		return b
-	}
-	if len(b) == 0 {
-		return a
-	}
-	out := make([]nft.Element, 0, len(a)+len(b))
-	var first, last netip.Addr // the range being built
-	for len(a) > 0 || len(b) > 0 {
-		var next nft.Element
-		if len(b) == 0 || len(a) > 0 && a[0].Addr.Compare(b[0].Addr) <= 0 {
-			next, a = a[0], a[1:]
-		} else {
-			next, b = b[0], b[1:]
-		}
-		switch {
-		case !first.IsValid():
-			first, last = next.Addr, lastOf(next)
-		case next.Addr.Compare(last) <= 0 || last.Next() == next.Addr:
-			last = maxAddr(last, lastOf(next))
-		default:
-			out = append(out, rangeOf(first, last))
-			first, last = next.Addr, lastOf(next)
-		}
-	}
-	out = append(out, rangeOf(first, last))
-	return slices.Clip(out)
-}
-
-func maxAddr(a, b netip.Addr) netip.Addr {
-	if a.Compare(b) < 0 {
-		return b
-	}
-	return a
 }
 
 // unusualAddr reports whether a is neither IPv4 nor an IPv6 address that
@@ -343,11 +302,7 @@ func mergeAddrs(sorted []netip.Addr, f nft.IPFamily) []nft.Element {
 		for j+1 < len(of) && of[j].Next() == of[j+1] {
 			j++
 		}
-		el := nft.Element{Addr: of[i]}
-		if j > i {
-			el.Last = of[j]
-		}
-		out = append(out, el)
+		out = append(out, rangeOf(of[i], of[j]))
 		i = j + 1
 	}
 	return out
