@@ -435,9 +435,10 @@ func (b *writer) addSet(s *Set) error {
 			if err := b.elements(ns, pending[:full], true); err != nil {
 				return err
 			}
-			// The library has encoded what it was given: the buffer
-			// serves the next round (70 MB less garbage at the first
-			// sync of 150k pods, where the collector runs at GOGC=25).
+			// elements has copied what it was given into the batch: the
+			// buffer serves the next round (70 MB less garbage at the
+			// first sync of 150k pods, where the collector runs at
+			// GOGC=25).
 			pending = pending[:copy(pending, pending[full:])]
 		}
 	}
