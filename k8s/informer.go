@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -104,6 +106,10 @@ type InformerOptions struct {
 	// Policy is the client of policy.networking.k8s.io; nil leaves
 	// ClusterNetworkPolicies out (NewPolicyClient makes one).
 	Policy policyclient.Interface
+	// Pods is the client pods are listed and watched with; nil takes the
+	// client's. NewPodClient makes one that decodes only what the daemon
+	// keeps of a pod.
+	Pods corev1client.PodsGetter
 	// ClusterPolicyCheck is how often discovery is asked whether the API
 	// server serves ClusterNetworkPolicies (the CRD installed or removed);
 	// 30 seconds when zero.
@@ -141,9 +147,13 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	// say (see link).
 	noWatchList := watchlist.DoesClientNotSupportWatchListSemantics(client)
 	core, netv1 := client.CoreV1(), client.NetworkingV1()
+	var pods corev1client.PodsGetter = core
+	if opts.Pods != nil {
+		pods = opts.Pods
+	}
 	links := []*link{ // in the order of resources
 		{list: listFunc(core.Namespaces().List), watch: core.Namespaces().Watch},
-		{list: listFunc(core.Pods("").List), watch: core.Pods("").Watch},
+		{list: listFunc(pods.Pods("").List), watch: pods.Pods("").Watch},
 		{list: listFunc(core.Nodes().List), watch: core.Nodes().Watch},
 		{list: listFunc(netv1.NetworkPolicies("").List), watch: netv1.NetworkPolicies("").Watch},
 	}
@@ -1058,6 +1068,36 @@ func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
+	builtinConfig(cfg, userAgent)
+	return kubernetes.NewForConfig(cfg)
+}
+
+// NewPodClient returns the client the informers list and watch pods with
+// (InformerOptions.Pods), for kubeconfig as NewClient. It asks for
+// protobuf, and decodes a pod into only what the daemon keeps of it: the
+// fields slimPod copies (see slimPodSerializer). Use it for nothing else:
+// a pod read or written through it is missing all the rest.
+//
+// It shares NewClient's connection: client-go keeps one transport for
+// equal TLS configurations.
+func NewPodClient(kubeconfig, userAgent string) (corev1client.PodsGetter, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	builtinConfig(cfg, userAgent)
+	cfg.APIPath = "/api"
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.NegotiatedSerializer = slimPodCodecs{rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion()}
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pod client: %w", err)
+	}
+	return corev1client.New(rc), nil
+}
+
+// builtinConfig sets what the clients of built-in kinds share.
+func builtinConfig(cfg *rest.Config, userAgent string) {
 	cfg.UserAgent = userAgent
 	// Informers list and watch; the defaults (5 qps, burst 10) only slow
 	// the first list of four resources after a restart.
@@ -1068,7 +1108,6 @@ func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	// CRD, is served as JSON only: NewPolicyClient keeps the default.)
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	return kubernetes.NewForConfig(cfg)
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -467,7 +467,11 @@ func startInformers(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 	if err != nil {
 		return nil, err
 	}
-	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log, Policy: policy})
+	pods, err := k8s.NewPodClient(cfg.kubeconfig, "nftpolicy/"+version)
+	if err != nil {
+		return nil, err
+	}
+	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log, Policy: policy, Pods: pods})
 	if src != nil {
 		synced := make(chan struct{})
 		followed := make(chan struct{})

@@ -1,0 +1,521 @@
+package k8s
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The informers' pods are decoded from the API server's protobuf straight
+// into the few fields slimPod keeps. The generated decoder builds the
+// whole Pod first: managed fields, volumes, environment, probes, the
+// status of every container. At 150k pods that is most of what the
+// daemon allocates while it lists (docs/performance.md, "Round nine"),
+// and all of it is garbage a moment later, when the transform slims the
+// pod. Every other kind, and a pod sent as JSON, takes the usual decoder.
+//
+// The wire format is that of k8s.io/api/core/v1/generated.proto; the
+// field numbers below are its. A field this decoder does not read is
+// skipped by its wire type, unparsed: a malformed managed field, say,
+// which the generated decoder would refuse, passes here unseen, as it
+// would have been dropped by slimPod. Every field it does read is read
+// as the generated code reads it (TestSlimPodDecoderIsTheGenerated).
+
+// protobufPrefix starts every protobuf object the API server sends
+// ("k8s\x00"), before its runtime.Unknown envelope.
+var protobufPrefix = []byte{'k', '8', 's', 0}
+
+// slimPodSerializer is the protobuf serializer, but for pods and pod
+// lists of core/v1, which it decodes with decodeSlimPod.
+type slimPodSerializer struct {
+	runtime.Serializer // the protobuf serializer, for everything else
+}
+
+// Decode decodes data as the protobuf serializer does (into, when it is
+// of data's kind, is reset and filled), except that a Pod holds only
+// what slimPod keeps, and the annotation that ends a WatchList's initial
+// events (metav1.InitialEventsAnnotationKey), which the reflector reads.
+func (s slimPodSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	gvk, raw, ok := unknownEnvelope(data)
+	if !ok || gvk.Group != "" || gvk.Version != "v1" {
+		return s.Serializer.Decode(data, defaults, into)
+	}
+	switch gvk.Kind {
+	case "Pod":
+		pod, ok := into.(*corev1.Pod)
+		if into != nil && !ok {
+			break
+		}
+		if pod == nil {
+			pod = &corev1.Pod{}
+		}
+		*pod = corev1.Pod{}
+		if err := decodeSlimPod(raw, pod); err != nil {
+			return nil, &gvk, fmt.Errorf("decoding a Pod: %w", err)
+		}
+		pod.SetGroupVersionKind(gvk)
+		return pod, &gvk, nil
+	case "PodList":
+		list, ok := into.(*corev1.PodList)
+		if into != nil && !ok {
+			break
+		}
+		if list == nil {
+			list = &corev1.PodList{}
+		}
+		*list = corev1.PodList{}
+		if err := decodeSlimPodList(raw, list); err != nil {
+			return nil, &gvk, fmt.Errorf("decoding a PodList: %w", err)
+		}
+		list.SetGroupVersionKind(gvk)
+		return list, &gvk, nil
+	}
+	return s.Serializer.Decode(data, defaults, into)
+}
+
+// unknownEnvelope reads the runtime.Unknown that wraps a protobuf object
+// (typeMeta = 1 {apiVersion = 1, kind = 2}, raw = 2): the object's kind
+// and its bytes, not copied. ok is false when data is not one, or names
+// no kind, or says its raw bytes are encoded (contentEncoding = 3): the
+// protobuf serializer then decides, and says why it refuses.
+func unknownEnvelope(data []byte) (gvk schema.GroupVersionKind, raw []byte, ok bool) {
+	if !bytes.HasPrefix(data, protobufPrefix) {
+		return gvk, nil, false
+	}
+	var apiVersion string
+	r := protoReader{b: data[len(protobufPrefix):]}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return gvk, nil, false
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			tm, err := r.bytes()
+			if err != nil {
+				return gvk, nil, false
+			}
+			t := protoReader{b: tm}
+			for !t.done() {
+				num, wire, err := t.field()
+				if err != nil {
+					return gvk, nil, false
+				}
+				switch {
+				case num == 1 && wire == wireBytes:
+					apiVersion, err = t.str()
+				case num == 2 && wire == wireBytes:
+					gvk.Kind, err = t.str()
+				default:
+					err = t.skip(wire)
+				}
+				if err != nil {
+					return gvk, nil, false
+				}
+			}
+		case num == 2 && wire == wireBytes:
+			if raw, err = r.bytes(); err != nil {
+				return gvk, nil, false
+			}
+		case num == 3 && wire == wireBytes:
+			enc, err := r.bytes()
+			if err != nil || len(enc) > 0 {
+				return gvk, nil, false
+			}
+		default:
+			if err := r.skip(wire); err != nil {
+				return gvk, nil, false
+			}
+		}
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil || gvk.Kind == "" {
+		return gvk, nil, false
+	}
+	gvk.Group, gvk.Version = gv.Group, gv.Version
+	return gvk, raw, true
+}
+
+// decodeSlimPodList decodes a PodList (metadata = 1, items = 2).
+func decodeSlimPodList(b []byte, list *corev1.PodList) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			err = r.message(list.ListMeta.Unmarshal)
+		case num == 2 && wire == wireBytes:
+			list.Items = append(list.Items, corev1.Pod{})
+			err = r.message(func(b []byte) error { return decodeSlimPod(b, &list.Items[len(list.Items)-1]) })
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSlimPod decodes a Pod (metadata = 1, spec = 2, status = 3) into
+// p, keeping what slimPod keeps.
+func decodeSlimPod(b []byte, p *corev1.Pod) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			err = r.message(func(b []byte) error { return decodeSlimMeta(b, &p.ObjectMeta) })
+		case num == 2 && wire == wireBytes:
+			err = r.message(func(b []byte) error { return decodeSlimSpec(b, &p.Spec) })
+		case num == 3 && wire == wireBytes:
+			err = r.message(func(b []byte) error { return decodeSlimStatus(b, &p.Status) })
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSlimMeta decodes the ObjectMeta fields slimMeta keeps: name = 1,
+// namespace = 3, uid = 5, resourceVersion = 6, creationTimestamp = 8,
+// deletionTimestamp = 9, labels = 11; and of the annotations (12), only
+// metav1.InitialEventsAnnotationKey.
+func decodeSlimMeta(b []byte, m *metav1.ObjectMeta) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		if wire != wireBytes {
+			if err := r.skip(wire); err != nil {
+				return err
+			}
+			continue
+		}
+		switch num {
+		case 1:
+			m.Name, err = r.str()
+		case 3:
+			m.Namespace, err = r.str()
+		case 5:
+			var uid string
+			uid, err = r.str()
+			m.UID = types.UID(uid)
+		case 6:
+			m.ResourceVersion, err = r.str()
+		case 8:
+			err = r.message(m.CreationTimestamp.Unmarshal)
+		case 9:
+			if m.DeletionTimestamp == nil {
+				m.DeletionTimestamp = &metav1.Time{}
+			}
+			err = r.message(m.DeletionTimestamp.Unmarshal)
+		case 11:
+			var k, v string
+			if k, v, err = r.mapEntry(); err == nil {
+				if m.Labels == nil {
+					m.Labels = map[string]string{}
+				}
+				m.Labels[k] = v
+			}
+		case 12:
+			var k, v string
+			if k, v, err = r.mapEntry(); err == nil && k == metav1.InitialEventsAnnotationKey {
+				if m.Annotations == nil {
+					m.Annotations = map[string]string{}
+				}
+				m.Annotations[k] = v
+			}
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSlimSpec decodes the PodSpec fields slimPod keeps: containers =
+// 2, nodeName = 10, hostNetwork = 11, initContainers = 20.
+func decodeSlimSpec(b []byte, s *corev1.PodSpec) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 2 && wire == wireBytes:
+			s.Containers = append(s.Containers, corev1.Container{})
+			err = r.message(func(b []byte) error { return decodeSlimContainer(b, &s.Containers[len(s.Containers)-1]) })
+		case num == 20 && wire == wireBytes:
+			s.InitContainers = append(s.InitContainers, corev1.Container{})
+			err = r.message(func(b []byte) error { return decodeSlimContainer(b, &s.InitContainers[len(s.InitContainers)-1]) })
+		case num == 10 && wire == wireBytes:
+			s.NodeName, err = r.str()
+		case num == 11 && wire == wireVarint:
+			var v uint64
+			v, err = r.varint()
+			s.HostNetwork = v != 0
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSlimContainer decodes the Container fields slimPod keeps: name =
+// 1, ports = 6, restartPolicy = 24.
+func decodeSlimContainer(b []byte, c *corev1.Container) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			c.Name, err = r.str()
+		case num == 6 && wire == wireBytes:
+			c.Ports = append(c.Ports, corev1.ContainerPort{})
+			err = r.message(c.Ports[len(c.Ports)-1].Unmarshal)
+		case num == 24 && wire == wireBytes:
+			var s string
+			s, err = r.str()
+			policy := corev1.ContainerRestartPolicy(s)
+			c.RestartPolicy = &policy
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSlimStatus decodes the PodStatus fields slimPod keeps: phase = 1,
+// podIP = 6, podIPs = 12.
+func decodeSlimStatus(b []byte, s *corev1.PodStatus) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			var phase string
+			phase, err = r.str()
+			s.Phase = corev1.PodPhase(phase)
+		case num == 6 && wire == wireBytes:
+			s.PodIP, err = r.str()
+		case num == 12 && wire == wireBytes:
+			s.PodIPs = append(s.PodIPs, corev1.PodIP{})
+			err = r.message(s.PodIPs[len(s.PodIPs)-1].Unmarshal)
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Protobuf wire types.
+const (
+	wireVarint     = 0
+	wireFixed64    = 1
+	wireBytes      = 2
+	wireStartGroup = 3
+	wireEndGroup   = 4
+	wireFixed32    = 5
+)
+
+var (
+	errProtoOverflow  = errors.New("protobuf: varint overflows 64 bits")
+	errProtoWireType  = errors.New("protobuf: illegal wire type")
+	errProtoEndGroup  = errors.New("protobuf: end of a group never started")
+	errProtoFieldZero = errors.New("protobuf: field number 0")
+)
+
+// A protoReader reads one protobuf message's fields in order.
+type protoReader struct {
+	b []byte
+	i int
+}
+
+func (r *protoReader) done() bool { return r.i >= len(r.b) }
+
+func (r *protoReader) varint() (uint64, error) {
+	var v uint64
+	for shift := uint(0); ; shift += 7 {
+		if shift >= 64 {
+			return 0, errProtoOverflow
+		}
+		if r.i >= len(r.b) {
+			return 0, io.ErrUnexpectedEOF
+		}
+		c := r.b[r.i]
+		r.i++
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v, nil
+		}
+	}
+}
+
+// field reads a field's key: its number and wire type.
+func (r *protoReader) field() (num int32, wire int, err error) {
+	key, err := r.varint()
+	if err != nil {
+		return 0, 0, err
+	}
+	num, wire = int32(key>>3), int(key&7)
+	if num <= 0 {
+		return 0, 0, errProtoFieldZero
+	}
+	if wire == wireEndGroup {
+		return 0, 0, errProtoEndGroup
+	}
+	return num, wire, nil
+}
+
+// bytes reads a length-delimited field's content, not copied.
+func (r *protoReader) bytes() ([]byte, error) {
+	n, err := r.varint()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(r.b)-r.i) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	b := r.b[r.i : r.i+int(n)]
+	r.i += int(n)
+	return b, nil
+}
+
+func (r *protoReader) str() (string, error) {
+	b, err := r.bytes()
+	return string(b), err
+}
+
+// message reads a length-delimited field and decodes it with decode.
+func (r *protoReader) message(decode func([]byte) error) error {
+	b, err := r.bytes()
+	if err != nil {
+		return err
+	}
+	return decode(b)
+}
+
+// mapEntry reads a map<string, string> entry (key = 1, value = 2); a
+// missing key or value is "", as in the generated code.
+func (r *protoReader) mapEntry() (k, v string, err error) {
+	b, err := r.bytes()
+	if err != nil {
+		return "", "", err
+	}
+	e := protoReader{b: b}
+	for !e.done() {
+		num, wire, err := e.field()
+		if err != nil {
+			return "", "", err
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			k, err = e.str()
+		case num == 2 && wire == wireBytes:
+			v, err = e.str()
+		default:
+			err = e.skip(wire)
+		}
+		if err != nil {
+			return "", "", err
+		}
+	}
+	return k, v, nil
+}
+
+// skip skips the content of a field of wire type wire, its key read.
+func (r *protoReader) skip(wire int) error {
+	switch wire {
+	case wireVarint:
+		_, err := r.varint()
+		return err
+	case wireFixed64, wireFixed32:
+		n := 8
+		if wire == wireFixed32 {
+			n = 4
+		}
+		if len(r.b)-r.i < n {
+			return io.ErrUnexpectedEOF
+		}
+		r.i += n
+		return nil
+	case wireBytes:
+		_, err := r.bytes()
+		return err
+	case wireStartGroup:
+		// A group (proto2, never in Kubernetes' messages) ends at its
+		// matching end-group key.
+		for depth := 1; depth > 0; {
+			key, err := r.varint()
+			if err != nil {
+				return err
+			}
+			switch w := int(key & 7); w {
+			case wireStartGroup:
+				depth++
+			case wireEndGroup:
+				depth--
+			default:
+				if err := r.skip(w); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return errProtoWireType
+}
+
+// slimPodCodecs are codecs whose protobuf serializer is slimPodSerializer:
+// those of the informers' pod client (NewPodClient).
+type slimPodCodecs struct {
+	runtime.NegotiatedSerializer
+}
+
+func (c slimPodCodecs) SupportedMediaTypes() []runtime.SerializerInfo {
+	infos := slices.Clone(c.NegotiatedSerializer.SupportedMediaTypes())
+	for i := range infos {
+		if infos[i].MediaType == runtime.ContentTypeProtobuf {
+			infos[i].Serializer = slimPodSerializer{infos[i].Serializer}
+		}
+	}
+	return infos
+}

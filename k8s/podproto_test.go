@@ -1,0 +1,330 @@
+package k8s
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/randfill"
+)
+
+// protobufCodec is the API server's protobuf serializer: what encodes the
+// bytes these tests decode, and the decoder the slim one is held to.
+var protobufCodec = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+
+// randomPods fills pods with random values in every field, slices and
+// maps of up to three elements, a quarter of pointers nil.
+func randomPods(seed uint64) *randfill.Filler {
+	return randfill.NewWithSeed(int64(seed)).NilChance(.25).NumElements(0, 3).Funcs(
+		// Kinds whose random bytes do not encode.
+		func(q *resource.Quantity, c randfill.Continue) {
+			*q = *resource.NewQuantity(c.Int63n(1000), resource.DecimalSI)
+		},
+		func(x *intstr.IntOrString, c randfill.Continue) { *x = intstr.FromInt32(c.Int31()) },
+		func(r *runtime.RawExtension, c randfill.Continue) { r.Raw = []byte(`{}`) },
+		func(t *metav1.Time, c randfill.Continue) { t.Time = metav1.Unix(c.Int63n(1<<33), 0).Time },
+		func(t *metav1.MicroTime, c randfill.Continue) { t.Time = metav1.Unix(c.Int63n(1<<33), 0).Time },
+		// Mostly the annotation a WatchList's bookmark carries.
+		func(m *metav1.ObjectMeta, c randfill.Continue) {
+			c.FillNoCustom(m)
+			if c.Bool() {
+				if m.Annotations == nil {
+					m.Annotations = map[string]string{}
+				}
+				m.Annotations[metav1.InitialEventsAnnotationKey] = []string{"true", "false", ""}[c.Intn(3)]
+			}
+		},
+	)
+}
+
+func encodeProtobuf(t testing.TB, obj runtime.Object) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := protobufCodec.Encode(obj, &buf); err != nil {
+		t.Fatalf("encode %T: %v", obj, err)
+	}
+	return buf.Bytes()
+}
+
+// slimView is what the daemon reads of a decoded pod: slimPod's copy,
+// with the annotation the reflector reads.
+func slimView(p *corev1.Pod) *corev1.Pod {
+	s := slimPod(p)
+	if v, ok := p.Annotations[metav1.InitialEventsAnnotationKey]; ok {
+		s.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
+	}
+	return s
+}
+
+// TestSlimPodDecoderIsTheGenerated holds the slim decoder to the
+// generated one on random pods: what the daemon reads of each (slimPod's
+// fields, the WatchList annotation) is equal, and the slim pod holds
+// nothing more.
+func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
+	slim := slimPodSerializer{protobufCodec}
+	seed := rand.Uint64()
+	f := randomPods(seed)
+	for i := range 3000 {
+		var pod corev1.Pod
+		f.Fill(&pod)
+		pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+		data := encodeProtobuf(t, &pod)
+
+		want, _, err := protobufCodec.Decode(data, nil, nil)
+		if err != nil {
+			t.Fatalf("seed %d, pod %d: the generated decoder: %v", seed, i, err)
+		}
+		// Decoded twice: into nothing, and into a pod already filled.
+		got, gvk, err := slim.Decode(data, nil, nil)
+		if err != nil {
+			t.Fatalf("seed %d, pod %d: %v", seed, i, err)
+		}
+		if *gvk != corev1.SchemeGroupVersion.WithKind("Pod") {
+			t.Fatalf("seed %d, pod %d: kind %v", seed, i, gvk)
+		}
+		into := pod.DeepCopy()
+		if got2, _, err := slim.Decode(data, nil, into); err != nil || got2 != into {
+			t.Fatalf("seed %d, pod %d: decode into a pod: %v (%T)", seed, i, err, got2)
+		}
+		wantPod := want.(*corev1.Pod)
+		for _, got := range []*corev1.Pod{got.(*corev1.Pod), into} {
+			if diff := cmp.Diff(slimView(wantPod), slimView(got)); diff != "" {
+				t.Fatalf("seed %d, pod %d: the slim decoder differs (-generated +slim):\n%s", seed, i, diff)
+			}
+			// Nothing else: the slim pod is its own slimView (its type
+			// meta set as the generated decoder sets it).
+			bare := slimView(got)
+			bare.TypeMeta = got.TypeMeta
+			if diff := cmp.Diff(bare, got); diff != "" {
+				t.Fatalf("seed %d, pod %d: the slim pod holds more than the daemon reads (-read +held):\n%s", seed, i, diff)
+			}
+		}
+	}
+}
+
+// TestSlimPodDecoderLists decodes pod lists as the generated decoder
+// does, and leaves every other kind to it.
+func TestSlimPodDecoderLists(t *testing.T) {
+	slim := slimPodSerializer{protobufCodec}
+	f := randomPods(rand.Uint64())
+	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}}
+	list.ResourceVersion, list.Continue = "12345", "next"
+	for range 50 {
+		var pod corev1.Pod
+		f.Fill(&pod)
+		list.Items = append(list.Items, pod)
+	}
+	data := encodeProtobuf(t, list)
+	want, _, err := protobufCodec.Decode(data, nil, &corev1.PodList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := slim.Decode(data, nil, &corev1.PodList{Items: make([]corev1.Pod, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, g := want.(*corev1.PodList), got.(*corev1.PodList)
+	if diff := cmp.Diff(w.ListMeta, g.ListMeta); diff != "" {
+		t.Fatalf("list metadata (-generated +slim):\n%s", diff)
+	}
+	if len(w.Items) != len(g.Items) {
+		t.Fatalf("%d pods, want %d", len(g.Items), len(w.Items))
+	}
+	for i := range w.Items {
+		if diff := cmp.Diff(slimView(&w.Items[i]), slimView(&g.Items[i])); diff != "" {
+			t.Fatalf("pod %d (-generated +slim):\n%s", i, diff)
+		}
+	}
+
+	// Other kinds, of core/v1 and of other groups, are the generated
+	// decoder's, whole.
+	others := []runtime.Object{
+		&metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: "Failure", Message: "too old", Code: 410, Reason: metav1.StatusReasonExpired},
+		&corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: map[string]string{"x": "y"}}},
+	}
+	for _, obj := range others {
+		data := encodeProtobuf(t, obj)
+		want, _, err := protobufCodec.Decode(data, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := slim.Decode(data, nil, nil)
+		if err != nil {
+			t.Fatalf("%T: %v", obj, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("%T (-generated +slim):\n%s", obj, diff)
+		}
+	}
+}
+
+// TestSlimPodDecoderMangled decodes pods cut short and with bytes
+// changed: it never panics, and whenever the generated decoder reads
+// such a pod, the slim one reads the same of it.
+func TestSlimPodDecoderMangled(t *testing.T) {
+	slim := slimPodSerializer{protobufCodec}
+	seed := rand.Uint64()
+	r := rand.New(rand.NewPCG(seed, 1))
+	f := randomPods(seed)
+	agreed := 0
+	for i := range 2000 {
+		var pod corev1.Pod
+		f.Fill(&pod)
+		pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+		data := encodeProtobuf(t, &pod)
+		switch i % 3 {
+		case 0:
+			data = data[:len(protobufPrefix)+r.IntN(len(data)-len(protobufPrefix))]
+		default:
+			for range 1 + r.IntN(3) {
+				data[len(protobufPrefix)+r.IntN(len(data)-len(protobufPrefix))] = byte(r.Uint32())
+			}
+		}
+		want, _, werr := protobufCodec.Decode(data, nil, nil)
+		got, _, gerr := slim.Decode(data, nil, nil)
+		wantPod, ok := want.(*corev1.Pod)
+		if werr != nil || !ok {
+			continue
+		}
+		if gerr != nil {
+			t.Fatalf("seed %d, pod %d: the generated decoder reads it, the slim one: %v", seed, i, gerr)
+		}
+		gotPod, ok := got.(*corev1.Pod)
+		if !ok {
+			t.Fatalf("seed %d, pod %d: decoded a %T", seed, i, got)
+		}
+		if diff := cmp.Diff(slimView(wantPod), slimView(gotPod)); diff != "" {
+			t.Fatalf("seed %d, pod %d: the slim decoder differs (-generated +slim):\n%s", seed, i, diff)
+		}
+		agreed++
+	}
+	if agreed < 100 {
+		t.Fatalf("only %d mangled pods were read by the generated decoder: the test compares too few", agreed)
+	}
+}
+
+// The codecs replace the protobuf decoder, and only it.
+func TestSlimPodCodecs(t *testing.T) {
+	codecs := slimPodCodecs{scheme.Codecs.WithoutConversion()}
+	seen := false
+	for _, info := range codecs.SupportedMediaTypes() {
+		_, isSlim := info.Serializer.(slimPodSerializer)
+		if isSlim != (info.MediaType == runtime.ContentTypeProtobuf) {
+			t.Errorf("%s: slim decoder %v", info.MediaType, isSlim)
+		}
+		seen = seen || isSlim
+	}
+	if !seen {
+		t.Fatal("no protobuf media type")
+	}
+	// A watch event's pod reaches the reflector with its kind cleared, as
+	// the generated client's pods do.
+	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: "7"}}
+	dec, _, _, err := runtime.NewClientNegotiator(codecs, corev1.SchemeGroupVersion).StreamDecoder(runtime.ContentTypeProtobuf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := runtime.Decode(dec, encodeProtobuf(t, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := obj.(*corev1.Pod); got.Name != "p" || got.ResourceVersion != "7" || got.GetObjectKind().GroupVersionKind() != (schema.GroupVersionKind{}) {
+		t.Fatalf("decoded %+v", got)
+	}
+}
+
+func BenchmarkDecodePod(b *testing.B) {
+	pod := benchmarkAPIPod()
+	data := encodeProtobuf(b, pod)
+	b.Run("generated", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := protobufCodec.Decode(data, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("slim", func(b *testing.B) {
+		slim := slimPodSerializer{protobufCodec}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := slim.Decode(data, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// benchmarkAPIPod is a pod as the API server sends it for a Deployment's
+// replica: defaulted, with managed fields, a service account volume and
+// the status of its one container.
+func benchmarkAPIPod() *corev1.Pod {
+	grace, deadline := int64(30), int64(300)
+	always := true
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web-7d9c6b5f4-x2k8q", GenerateName: "web-7d9c6b5f4-", Namespace: "shop",
+			UID: "0b7c9a36-3c1e-4a53-9f1e-6d1b2f0c9a11", ResourceVersion: "48213377",
+			CreationTimestamp: metav1.Unix(1_760_000_000, 0),
+			Labels:            map[string]string{"app": "web", "pod-template-hash": "7d9c6b5f4", "tier": "frontend"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7d9c6b5f4",
+				UID: "5f0d2c1e-8b3a-4c7d-9e6f-1a2b3c4d5e6f", Controller: &always, BlockOwnerDeletion: &always}},
+			ManagedFields: []metav1.ManagedFieldsEntry{
+				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: bytes.Repeat([]byte(`{"f:metadata":{"f:labels":{}}}`), 20)}},
+				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Subresource: "status",
+					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: bytes.Repeat([]byte(`{"f:status":{"f:conditions":{}}}`), 30)}},
+			},
+		},
+		Spec: corev1.PodSpec{
+			Volumes: []corev1.Volume{{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &deadline}},
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+						Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				}}}}},
+			Containers: []corev1.Container{{
+				Name: "web", Image: "registry.example/shop/web:1.42.0", ImagePullPolicy: corev1.PullIfNotPresent,
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				Env:   []corev1.EnvVar{{Name: "MODE", Value: "production"}, {Name: "CACHE", Value: "redis://cache:6379"}},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}},
+				VolumeMounts:             []corev1.VolumeMount{{Name: "kube-api-access-abcde", ReadOnly: true, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}},
+				ReadinessProbe:           &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
+				TerminationMessagePath:   "/dev/termination-log",
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			}},
+			RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace, DNSPolicy: corev1.DNSClusterFirst,
+			ServiceAccountName: "default", NodeName: "node-17", SchedulerName: "default-scheduler",
+			Tolerations: []corev1.Toleration{
+				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &deadline},
+				{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &deadline},
+			},
+		},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, HostIP: "10.0.3.17", HostIPs: []corev1.HostIP{{IP: "10.0.3.17"}},
+			PodIP: "10.244.17.23", PodIPs: []corev1.PodIP{{IP: "10.244.17.23"}}, QOSClass: corev1.PodQOSBurstable,
+			StartTime: &metav1.Time{Time: metav1.Unix(1_760_000_002, 0).Time},
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Unix(1_760_000_010, 0)},
+				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Unix(1_760_000_010, 0)},
+				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Unix(1_760_000_002, 0)},
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Unix(1_760_000_000, 0)},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "web", Ready: true, RestartCount: 0, Image: "registry.example/shop/web:1.42.0",
+				ImageID:     "registry.example/shop/web@sha256:4b1d2c3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c",
+				ContainerID: "containerd://9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0",
+				State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Unix(1_760_000_005, 0)}}}},
+		},
+	}
+}
