@@ -301,10 +301,11 @@
 // hold a complete list, so the first sync never programs a partial cluster.
 // Objects are trimmed on arrival to the fields the compiler reads and run
 // through Admit, the same defaulting and validation as the manifests source.
-// Pods are trimmed before that, as they are decoded, given the client
-// NewPodClient makes (InformerOptions.Pods): it reads from the API
-// server's protobuf only the fields the daemon keeps, and skips the rest
-// (managed fields, volumes, container statuses) unparsed;
+// Pods and nodes are trimmed before that, as they are decoded, given the
+// client NewSlimClient makes (InformerOptions.Slim): it reads from the
+// API server's protobuf only the fields the daemon keeps, and skips the
+// rest (managed fields, volumes, container statuses, a node's images)
+// unparsed;
 // objects Admit rejects are logged and left out. Watch sends a snapshot
 // built from the caches now and after changes, one whenever the previous
 // one was taken (the Syncer coalesces, nothing here waits); updates that

@@ -106,10 +106,10 @@ type InformerOptions struct {
 	// Policy is the client of policy.networking.k8s.io; nil leaves
 	// ClusterNetworkPolicies out (NewPolicyClient makes one).
 	Policy policyclient.Interface
-	// Pods is the client pods are listed and watched with; nil takes the
-	// client's. NewPodClient makes one that decodes only what the daemon
-	// keeps of a pod.
-	Pods corev1client.PodsGetter
+	// Slim is the client pods and nodes are listed and watched with; nil
+	// takes the client's. NewSlimClient makes one that decodes only what
+	// the daemon keeps of them.
+	Slim corev1client.CoreV1Interface
 	// ClusterPolicyCheck is how often discovery is asked whether the API
 	// server serves ClusterNetworkPolicies (the CRD installed or removed);
 	// 30 seconds when zero.
@@ -147,14 +147,14 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 	// say (see link).
 	noWatchList := watchlist.DoesClientNotSupportWatchListSemantics(client)
 	core, netv1 := client.CoreV1(), client.NetworkingV1()
-	var pods corev1client.PodsGetter = core
-	if opts.Pods != nil {
-		pods = opts.Pods
+	slim := core
+	if opts.Slim != nil {
+		slim = opts.Slim
 	}
 	links := []*link{ // in the order of resources
 		{list: listFunc(core.Namespaces().List), watch: core.Namespaces().Watch},
-		{list: listFunc(pods.Pods("").List), watch: pods.Pods("").Watch},
-		{list: listFunc(core.Nodes().List), watch: core.Nodes().Watch},
+		{list: listFunc(slim.Pods("").List), watch: slim.Pods("").Watch},
+		{list: listFunc(slim.Nodes().List), watch: slim.Nodes().Watch},
 		{list: listFunc(netv1.NetworkPolicies("").List), watch: netv1.NetworkPolicies("").Watch},
 	}
 	objs := []runtime.Object{&corev1.Namespace{}, &corev1.Pod{}, &corev1.Node{}, &networkingv1.NetworkPolicy{}}
@@ -1072,15 +1072,16 @@ func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// NewPodClient returns the client the informers list and watch pods with
-// (InformerOptions.Pods), for kubeconfig as NewClient. It asks for
-// protobuf, and decodes a pod into only what the daemon keeps of it: the
-// fields slimPod copies (see slimPodSerializer). Use it for nothing else:
-// a pod read or written through it is missing all the rest.
+// NewSlimClient returns the client the informers list and watch pods and
+// nodes with (InformerOptions.Slim), for kubeconfig as NewClient. It asks
+// for protobuf, and decodes a pod or node into only what the daemon keeps
+// of it: the fields slimPod copies and slimNode reads (see
+// slimSerializer). Use it for nothing else: a pod or node read or
+// written through it is missing all the rest.
 //
 // It shares NewClient's connection: client-go keeps one transport for
 // equal TLS configurations.
-func NewPodClient(kubeconfig, userAgent string) (corev1client.PodsGetter, error) {
+func NewSlimClient(kubeconfig, userAgent string) (corev1client.CoreV1Interface, error) {
 	cfg, err := restConfig(kubeconfig)
 	if err != nil {
 		return nil, err
@@ -1088,10 +1089,10 @@ func NewPodClient(kubeconfig, userAgent string) (corev1client.PodsGetter, error)
 	builtinConfig(cfg, userAgent)
 	cfg.APIPath = "/api"
 	cfg.GroupVersion = &corev1.SchemeGroupVersion
-	cfg.NegotiatedSerializer = slimPodCodecs{rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion()}
+	cfg.NegotiatedSerializer = slimCodecs{rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion()}
 	rc, err := rest.RESTClientFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("pod client: %w", err)
+		return nil, fmt.Errorf("slim client: %w", err)
 	}
 	return corev1client.New(rc), nil
 }

@@ -467,11 +467,11 @@ func startInformers(ctx context.Context, cfg *config, log *zap.Logger, src *sour
 	if err != nil {
 		return nil, err
 	}
-	pods, err := k8s.NewPodClient(cfg.kubeconfig, "nftpolicy/"+version)
+	slim, err := k8s.NewSlimClient(cfg.kubeconfig, "nftpolicy/"+version)
 	if err != nil {
 		return nil, err
 	}
-	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log, Policy: policy, Pods: pods})
+	in := k8s.NewInformers(client, k8s.InformerOptions{Log: log, Policy: policy, Slim: slim})
 	if src != nil {
 		synced := make(chan struct{})
 		followed := make(chan struct{})

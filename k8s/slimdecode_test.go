@@ -70,7 +70,7 @@ func slimView(p *corev1.Pod) *corev1.Pod {
 // fields, the WatchList annotation) is equal, and the slim pod holds
 // nothing more.
 func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
-	slim := slimPodSerializer{protobufCodec}
+	slim := slimSerializer{protobufCodec}
 	seed := rand.Uint64()
 	f := randomPods(seed)
 	for i := range 3000 {
@@ -111,10 +111,80 @@ func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
 	}
 }
 
+// TestSlimNodeDecoderIsTheGenerated does the same for nodes: what
+// slimNode reads of each, and every address (slimNode picks).
+func TestSlimNodeDecoderIsTheGenerated(t *testing.T) {
+	slim := slimSerializer{protobufCodec}
+	seed := rand.Uint64()
+	f := randomPods(seed)
+	view := func(n *corev1.Node) *corev1.Node {
+		s := slimNode(n)
+		if v, ok := n.Annotations[metav1.InitialEventsAnnotationKey]; ok {
+			s.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
+		}
+		s.Status.Addresses = n.Status.Addresses
+		return s
+	}
+	for i := range 2000 {
+		var node corev1.Node
+		f.Fill(&node)
+		node.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}
+		data := encodeProtobuf(t, &node)
+		want, _, err := protobufCodec.Decode(data, nil, nil)
+		if err != nil {
+			t.Fatalf("seed %d, node %d: the generated decoder: %v", seed, i, err)
+		}
+		got, _, err := slim.Decode(data, nil, nil)
+		if err != nil {
+			t.Fatalf("seed %d, node %d: %v", seed, i, err)
+		}
+		into := node.DeepCopy()
+		if got2, _, err := slim.Decode(data, nil, into); err != nil || got2 != into {
+			t.Fatalf("seed %d, node %d: decode into a node: %v (%T)", seed, i, err, got2)
+		}
+		for _, got := range []*corev1.Node{got.(*corev1.Node), into} {
+			if diff := cmp.Diff(view(want.(*corev1.Node)), view(got)); diff != "" {
+				t.Fatalf("seed %d, node %d: the slim decoder differs (-generated +slim):\n%s", seed, i, diff)
+			}
+			bare := view(got)
+			bare.TypeMeta = got.TypeMeta
+			if diff := cmp.Diff(bare, got); diff != "" {
+				t.Fatalf("seed %d, node %d: the slim node holds more than the daemon reads (-read +held):\n%s", seed, i, diff)
+			}
+		}
+	}
+	// A list.
+	list := &corev1.NodeList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "NodeList"}}
+	list.ResourceVersion = "99"
+	for range 20 {
+		var node corev1.Node
+		f.Fill(&node)
+		list.Items = append(list.Items, node)
+	}
+	data := encodeProtobuf(t, list)
+	want, _, err := protobufCodec.Decode(data, nil, &corev1.NodeList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := slim.Decode(data, nil, &corev1.NodeList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, g := want.(*corev1.NodeList), got.(*corev1.NodeList)
+	if diff := cmp.Diff(w.ListMeta, g.ListMeta); diff != "" || len(w.Items) != len(g.Items) {
+		t.Fatalf("list: %d nodes, want %d; metadata (-generated +slim):\n%s", len(g.Items), len(w.Items), diff)
+	}
+	for i := range w.Items {
+		if diff := cmp.Diff(view(&w.Items[i]), view(&g.Items[i])); diff != "" {
+			t.Fatalf("list node %d (-generated +slim):\n%s", i, diff)
+		}
+	}
+}
+
 // TestSlimPodDecoderLists decodes pod lists as the generated decoder
 // does, and leaves every other kind to it.
 func TestSlimPodDecoderLists(t *testing.T) {
-	slim := slimPodSerializer{protobufCodec}
+	slim := slimSerializer{protobufCodec}
 	f := randomPods(rand.Uint64())
 	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}}
 	list.ResourceVersion, list.Continue = "12345", "next"
@@ -171,7 +241,7 @@ func TestSlimPodDecoderLists(t *testing.T) {
 // changed: it never panics, and whenever the generated decoder reads
 // such a pod, the slim one reads the same of it.
 func TestSlimPodDecoderMangled(t *testing.T) {
-	slim := slimPodSerializer{protobufCodec}
+	slim := slimSerializer{protobufCodec}
 	seed := rand.Uint64()
 	r := rand.New(rand.NewPCG(seed, 1))
 	f := randomPods(seed)
@@ -214,10 +284,10 @@ func TestSlimPodDecoderMangled(t *testing.T) {
 
 // The codecs replace the protobuf decoder, and only it.
 func TestSlimPodCodecs(t *testing.T) {
-	codecs := slimPodCodecs{scheme.Codecs.WithoutConversion()}
+	codecs := slimCodecs{scheme.Codecs.WithoutConversion()}
 	seen := false
 	for _, info := range codecs.SupportedMediaTypes() {
-		_, isSlim := info.Serializer.(slimPodSerializer)
+		_, isSlim := info.Serializer.(slimSerializer)
 		if isSlim != (info.MediaType == runtime.ContentTypeProtobuf) {
 			t.Errorf("%s: slim decoder %v", info.MediaType, isSlim)
 		}
@@ -254,7 +324,7 @@ func BenchmarkDecodePod(b *testing.B) {
 		}
 	})
 	b.Run("slim", func(b *testing.B) {
-		slim := slimPodSerializer{protobufCodec}
+		slim := slimSerializer{protobufCodec}
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, _, err := slim.Decode(data, nil, nil); err != nil {

@@ -14,71 +14,86 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// The informers' pods are decoded from the API server's protobuf straight
-// into the few fields slimPod keeps. The generated decoder builds the
-// whole Pod first: managed fields, volumes, environment, probes, the
-// status of every container. At 150k pods that is most of what the
+// The informers' pods and nodes are decoded from the API server's
+// protobuf straight into the few fields the daemon keeps (slimPod's,
+// slimNode's). The generated decoder builds the whole object first:
+// managed fields, volumes, environment, probes, the status of every
+// container, a node's images. At 150k pods that is much of what the
 // daemon allocates while it lists (docs/performance.md, "Round nine"),
 // and all of it is garbage a moment later, when the transform slims the
-// pod. Every other kind, and a pod sent as JSON, takes the usual decoder.
+// object. Every other kind, and an object sent as JSON, takes the usual
+// decoder.
 //
 // The wire format is that of k8s.io/api/core/v1/generated.proto; the
 // field numbers below are its. A field this decoder does not read is
 // skipped by its wire type, unparsed: a malformed managed field, say,
 // which the generated decoder would refuse, passes here unseen, as it
 // would have been dropped by slimPod. Every field it does read is read
-// as the generated code reads it (TestSlimPodDecoderIsTheGenerated).
+// as the generated code reads it, so that of any bytes the generated
+// decoder reads, this one reads the same (TestSlimPodDecoderIsTheGenerated,
+// TestSlimNodeDecoderIsTheGenerated, TestSlimPodDecoderMangled).
 
 // protobufPrefix starts every protobuf object the API server sends
 // ("k8s\x00"), before its runtime.Unknown envelope.
 var protobufPrefix = []byte{'k', '8', 's', 0}
 
-// slimPodSerializer is the protobuf serializer, but for pods and pod
-// lists of core/v1, which it decodes with decodeSlimPod.
-type slimPodSerializer struct {
+// slimSerializer is the protobuf serializer, but for pods and nodes
+// of core/v1 and their lists, which it decodes with decodeSlimPod and
+// decodeSlimNode.
+type slimSerializer struct {
 	runtime.Serializer // the protobuf serializer, for everything else
 }
 
 // Decode decodes data as the protobuf serializer does (into, when it is
 // of data's kind, is reset and filled), except that a Pod holds only
-// what slimPod keeps, and the annotation that ends a WatchList's initial
-// events (metav1.InitialEventsAnnotationKey), which the reflector reads.
-func (s slimPodSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+// what slimPod keeps and a Node what slimNode reads, and each the
+// annotation that ends a WatchList's initial events
+// (metav1.InitialEventsAnnotationKey), which the reflector reads.
+func (s slimSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	gvk, raw, ok := unknownEnvelope(data)
 	if !ok || gvk.Group != "" || gvk.Version != "v1" {
 		return s.Serializer.Decode(data, defaults, into)
 	}
+	var obj runtime.Object
+	var err error
 	switch gvk.Kind {
 	case "Pod":
-		pod, ok := into.(*corev1.Pod)
-		if into != nil && !ok {
-			break
-		}
-		if pod == nil {
-			pod = &corev1.Pod{}
-		}
-		*pod = corev1.Pod{}
-		if err := decodeSlimPod(raw, pod); err != nil {
-			return nil, &gvk, fmt.Errorf("decoding a Pod: %w", err)
-		}
-		pod.SetGroupVersionKind(gvk)
-		return pod, &gvk, nil
+		obj, ok, err = decodeSlim(raw, into, decodeSlimPod)
 	case "PodList":
-		list, ok := into.(*corev1.PodList)
-		if into != nil && !ok {
-			break
-		}
-		if list == nil {
-			list = &corev1.PodList{}
-		}
-		*list = corev1.PodList{}
-		if err := decodeSlimPodList(raw, list); err != nil {
-			return nil, &gvk, fmt.Errorf("decoding a PodList: %w", err)
-		}
-		list.SetGroupVersionKind(gvk)
-		return list, &gvk, nil
+		obj, ok, err = decodeSlim(raw, into, decodeSlimPodList)
+	case "Node":
+		obj, ok, err = decodeSlim(raw, into, decodeSlimNode)
+	case "NodeList":
+		obj, ok, err = decodeSlim(raw, into, decodeSlimNodeList)
+	default:
+		ok = false
 	}
-	return s.Serializer.Decode(data, defaults, into)
+	if !ok {
+		return s.Serializer.Decode(data, defaults, into)
+	}
+	if err != nil {
+		return nil, &gvk, fmt.Errorf("decoding a %s: %w", gvk.Kind, err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	return obj, &gvk, nil
+}
+
+// decodeSlim decodes raw with decode into into, reset, or into a new T
+// when into is nil. ok is false when into is of another type.
+func decodeSlim[T any, PT interface {
+	*T
+	runtime.Object
+}](raw []byte, into runtime.Object, decode func([]byte, PT) error) (obj runtime.Object, ok bool, err error) {
+	var t PT
+	if into != nil {
+		if t, ok = into.(PT); !ok || t == nil {
+			return nil, false, nil
+		}
+		*t = *new(T)
+	} else {
+		t = new(T)
+	}
+	return t, true, decode(raw, t)
 }
 
 // unknownEnvelope reads the runtime.Unknown that wraps a protobuf object
@@ -158,6 +173,97 @@ func decodeSlimPodList(b []byte, list *corev1.PodList) error {
 		case num == 2 && wire == wireBytes:
 			list.Items = append(list.Items, corev1.Pod{})
 			err = r.message(func(b []byte) error { return decodeSlimPod(b, &list.Items[len(list.Items)-1]) })
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSlimNodeList decodes a NodeList (metadata = 1, items = 2).
+func decodeSlimNodeList(b []byte, list *corev1.NodeList) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			err = r.message(list.ListMeta.Unmarshal)
+		case num == 2 && wire == wireBytes:
+			list.Items = append(list.Items, corev1.Node{})
+			err = r.message(func(b []byte) error { return decodeSlimNode(b, &list.Items[len(list.Items)-1]) })
+		default:
+			err = r.skip(wire)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSlimNode decodes a Node (metadata = 1, spec = 2, status = 3) into
+// n, keeping what slimNode reads: of the spec, podCIDR = 1 and podCIDRs =
+// 7; of the status, addresses = 5 (all of them: slimNode picks).
+func decodeSlimNode(b []byte, n *corev1.Node) error {
+	r := protoReader{b: b}
+	for !r.done() {
+		num, wire, err := r.field()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 1 && wire == wireBytes:
+			err = r.message(func(b []byte) error { return decodeSlimMeta(b, &n.ObjectMeta) })
+		case num == 2 && wire == wireBytes:
+			err = r.message(func(b []byte) error {
+				s := protoReader{b: b}
+				for !s.done() {
+					num, wire, err := s.field()
+					if err != nil {
+						return err
+					}
+					switch {
+					case num == 1 && wire == wireBytes:
+						n.Spec.PodCIDR, err = s.str()
+					case num == 7 && wire == wireBytes:
+						var cidr string
+						cidr, err = s.str()
+						n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, cidr)
+					default:
+						err = s.skip(wire)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		case num == 3 && wire == wireBytes:
+			err = r.message(func(b []byte) error {
+				s := protoReader{b: b}
+				for !s.done() {
+					num, wire, err := s.field()
+					if err != nil {
+						return err
+					}
+					if num == 5 && wire == wireBytes {
+						n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{})
+						err = s.message(n.Status.Addresses[len(n.Status.Addresses)-1].Unmarshal)
+					} else {
+						err = s.skip(wire)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		default:
 			err = r.skip(wire)
 		}
@@ -434,31 +540,58 @@ func (r *protoReader) message(decode func([]byte) error) error {
 }
 
 // mapEntry reads a map<string, string> entry (key = 1, value = 2); a
-// missing key or value is "", as in the generated code.
+// missing key or value is "", as in the generated code. It reads as that
+// code does, quirks included, so that both read the same of any bytes: a
+// key or value is read whatever its wire type, and may run past the
+// entry's end (not past the message's), after which reading goes on at
+// the entry's end.
 func (r *protoReader) mapEntry() (k, v string, err error) {
-	b, err := r.bytes()
+	n, err := r.varint()
 	if err != nil {
 		return "", "", err
 	}
-	e := protoReader{b: b}
-	for !e.done() {
-		num, wire, err := e.field()
-		if err != nil {
+	if n > uint64(len(r.b)-r.i) {
+		return "", "", io.ErrUnexpectedEOF
+	}
+	end := r.i + int(n)
+	for r.i < end {
+		start := r.i
+		num, _, err := r.field()
+		if err != nil && !errors.Is(err, errProtoFieldZero) && !errors.Is(err, errProtoEndGroup) {
 			return "", "", err
 		}
 		switch {
-		case num == 1 && wire == wireBytes:
-			k, err = e.str()
-		case num == 2 && wire == wireBytes:
-			v, err = e.str()
+		case err == nil && num == 1:
+			k, err = r.str()
+		case err == nil && num == 2:
+			v, err = r.str()
 		default:
-			err = e.skip(wire)
+			r.i = start
+			err = r.skipField()
+			if err == nil && r.i > end {
+				err = io.ErrUnexpectedEOF
+			}
 		}
 		if err != nil {
 			return "", "", err
 		}
 	}
+	r.i = end
 	return k, v, nil
+}
+
+// skipField skips a whole field, its key included, as the generated
+// code's skip does: a field number of 0 is skipped, and a group's end
+// with no start is an error.
+func (r *protoReader) skipField() error {
+	key, err := r.varint()
+	if err != nil {
+		return err
+	}
+	if int(key&7) == wireEndGroup {
+		return errProtoEndGroup
+	}
+	return r.skip(int(key & 7))
 }
 
 // skip skips the content of a field of wire type wire, its key read.
@@ -504,17 +637,17 @@ func (r *protoReader) skip(wire int) error {
 	return errProtoWireType
 }
 
-// slimPodCodecs are codecs whose protobuf serializer is slimPodSerializer:
-// those of the informers' pod client (NewPodClient).
-type slimPodCodecs struct {
+// slimCodecs are codecs whose protobuf serializer is slimSerializer:
+// those of the informers' client of pods and nodes (NewSlimClient).
+type slimCodecs struct {
 	runtime.NegotiatedSerializer
 }
 
-func (c slimPodCodecs) SupportedMediaTypes() []runtime.SerializerInfo {
+func (c slimCodecs) SupportedMediaTypes() []runtime.SerializerInfo {
 	infos := slices.Clone(c.NegotiatedSerializer.SupportedMediaTypes())
 	for i := range infos {
 		if infos[i].MediaType == runtime.ContentTypeProtobuf {
-			infos[i].Serializer = slimPodSerializer{infos[i].Serializer}
+			infos[i].Serializer = slimSerializer{infos[i].Serializer}
 		}
 	}
 	return infos
