@@ -895,19 +895,18 @@ func (in *Informers) transform(obj any) (any, error) {
 		// Validated as the Pod it is, kept as the record the compiler
 		// reads (see Pod).
 		kind = "Pod"
-		slim := slimPod(o)
-		errs := Admit(slim) // defaults and canonicalizes too
-		rec := NewPod(slim)
+		trimPod(o)
+		errs := Admit(o) // defaults and canonicalizes too
+		rec := NewPod(o)
 		in.admitted(kind, rec, errs)
 		return rec, nil
 	case *corev1.Node:
 		slim, kind = slimNode(o), "Node"
 	case *networkingv1.NetworkPolicy:
 		kind = "NetworkPolicy"
-		np := o.DeepCopy()
-		np.ManagedFields = nil
-		np.Annotations = nil
-		slim = np
+		o.ManagedFields = nil // o is the transform's (see trimPod)
+		o.Annotations = nil
+		slim = o
 	case *policyv1beta1.ClusterNetworkPolicy:
 		kind = "ClusterNetworkPolicy"
 		slim = &policyv1beta1.ClusterNetworkPolicy{
@@ -964,25 +963,25 @@ func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
 	return slim
 }
 
-func slimPod(p *corev1.Pod) *corev1.Pod {
-	slimContainers := func(cs []corev1.Container) []corev1.Container {
-		if cs == nil {
-			return nil
-		}
-		out := make([]corev1.Container, len(cs))
+// trimPod clears p down to what a Pod record is made of (NewPod) and what
+// its validation reads, in place: the transform owns the object it is
+// given (client-go, since v1.27), and the record is what is kept, so a
+// copy would be garbage at once (a corev1.Pod is 1,240 bytes before its
+// containers, 150k of them at each start).
+func trimPod(p *corev1.Pod) {
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for i, c := range cs {
-			out[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
+			cs[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
 		}
-		return out
 	}
-	return &corev1.Pod{
+	trimmed := corev1.Pod{
 		TypeMeta:   p.TypeMeta,
 		ObjectMeta: slimMeta(&p.ObjectMeta),
 		Spec: corev1.PodSpec{
 			NodeName:       p.Spec.NodeName,
 			HostNetwork:    p.Spec.HostNetwork,
-			Containers:     slimContainers(p.Spec.Containers),
-			InitContainers: slimContainers(p.Spec.InitContainers),
+			Containers:     p.Spec.Containers,
+			InitContainers: p.Spec.InitContainers,
 		},
 		Status: corev1.PodStatus{
 			Phase:  p.Status.Phase,
@@ -990,6 +989,7 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 			PodIPs: p.Status.PodIPs,
 		},
 	}
+	*p = trimmed
 }
 
 func slimNode(n *corev1.Node) *corev1.Node {
@@ -1075,7 +1075,7 @@ func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 // NewSlimClient returns the client the informers list and watch pods and
 // nodes with (InformerOptions.Slim), for kubeconfig as NewClient. It asks
 // for protobuf, and decodes a pod or node into only what the daemon keeps
-// of it: the fields slimPod copies and slimNode reads (see
+// of it: the fields trimPod keeps and slimNode reads (see
 // slimSerializer). Use it for nothing else: a pod or node read or
 // written through it is missing all the rest.
 //

@@ -15,7 +15,7 @@ import (
 )
 
 // The informers' pods and nodes are decoded from the API server's
-// protobuf straight into the few fields the daemon keeps (slimPod's,
+// protobuf straight into the few fields the daemon keeps (trimPod's,
 // slimNode's). The generated decoder builds the whole object first:
 // managed fields, volumes, environment, probes, the status of every
 // container, a node's images. At 150k pods that is much of what the
@@ -28,7 +28,7 @@ import (
 // field numbers below are its. A field this decoder does not read is
 // skipped by its wire type, unparsed: a malformed managed field, say,
 // which the generated decoder would refuse, passes here unseen, as it
-// would have been dropped by slimPod. Every field it does read is read
+// would have been dropped by trimPod. Every field it does read is read
 // as the generated code reads it, so that of any bytes the generated
 // decoder reads, this one reads the same (TestSlimPodDecoderIsTheGenerated,
 // TestSlimNodeDecoderIsTheGenerated, TestSlimPodDecoderMangled).
@@ -46,7 +46,7 @@ type slimSerializer struct {
 
 // Decode decodes data as the protobuf serializer does (into, when it is
 // of data's kind, is reset and filled), except that a Pod holds only
-// what slimPod keeps and a Node what slimNode reads, and each the
+// what trimPod keeps and a Node what slimNode reads, and each the
 // annotation that ends a WatchList's initial events
 // (metav1.InitialEventsAnnotationKey), which the reflector reads.
 func (s slimSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
@@ -275,7 +275,7 @@ func decodeSlimNode(b []byte, n *corev1.Node) error {
 }
 
 // decodeSlimPod decodes a Pod (metadata = 1, spec = 2, status = 3) into
-// p, keeping what slimPod keeps.
+// p, keeping what trimPod keeps.
 func decodeSlimPod(b []byte, p *corev1.Pod) error {
 	r := protoReader{b: b}
 	for !r.done() {
@@ -361,7 +361,7 @@ func decodeSlimMeta(b []byte, m *metav1.ObjectMeta) error {
 	return nil
 }
 
-// decodeSlimSpec decodes the PodSpec fields slimPod keeps: containers =
+// decodeSlimSpec decodes the PodSpec fields trimPod keeps: containers =
 // 2, nodeName = 10, hostNetwork = 11, initContainers = 20.
 func decodeSlimSpec(b []byte, s *corev1.PodSpec) error {
 	r := protoReader{b: b}
@@ -393,7 +393,7 @@ func decodeSlimSpec(b []byte, s *corev1.PodSpec) error {
 	return nil
 }
 
-// decodeSlimContainer decodes the Container fields slimPod keeps: name =
+// decodeSlimContainer decodes the Container fields trimPod keeps: name =
 // 1, ports = 6, restartPolicy = 24.
 func decodeSlimContainer(b []byte, c *corev1.Container) error {
 	r := protoReader{b: b}
@@ -423,7 +423,7 @@ func decodeSlimContainer(b []byte, c *corev1.Container) error {
 	return nil
 }
 
-// decodeSlimStatus decodes the PodStatus fields slimPod keeps: phase = 1,
+// decodeSlimStatus decodes the PodStatus fields trimPod keeps: phase = 1,
 // podIP = 6, podIPs = 12.
 func decodeSlimStatus(b []byte, s *corev1.PodStatus) error {
 	r := protoReader{b: b}

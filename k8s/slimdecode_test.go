@@ -2,7 +2,10 @@ package k8s
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/randfill"
 )
@@ -55,10 +59,11 @@ func encodeProtobuf(t testing.TB, obj runtime.Object) []byte {
 	return buf.Bytes()
 }
 
-// slimView is what the daemon reads of a decoded pod: slimPod's copy,
+// slimView is what the daemon reads of a decoded pod: trimPod's trim of a copy,
 // with the annotation the reflector reads.
 func slimView(p *corev1.Pod) *corev1.Pod {
-	s := slimPod(p)
+	s := p.DeepCopy()
+	trimPod(s)
 	if v, ok := p.Annotations[metav1.InitialEventsAnnotationKey]; ok {
 		s.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
 	}
@@ -66,7 +71,7 @@ func slimView(p *corev1.Pod) *corev1.Pod {
 }
 
 // TestSlimPodDecoderIsTheGenerated holds the slim decoder to the
-// generated one on random pods: what the daemon reads of each (slimPod's
+// generated one on random pods: what the daemon reads of each (trimPod's
 // fields, the WatchList annotation) is equal, and the slim pod holds
 // nothing more.
 func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
@@ -396,5 +401,73 @@ func benchmarkAPIPod() *corev1.Pod {
 				ContainerID: "containerd://9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0",
 				State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Unix(1_760_000_005, 0)}}}},
 		},
+	}
+}
+
+// TestTransformPodIsItsRecord holds the informers' transform, which trims
+// the pod it is given in place, to the record of a copy made field by
+// field, on random pods: the same record, valid or invalid alike.
+func TestTransformPodIsItsRecord(t *testing.T) {
+	in := NewInformers(fake.NewClientset(), InformerOptions{})
+	seed := rand.Uint64()
+	f := randomPods(seed)
+	always := corev1.ContainerRestartPolicyAlways
+	// reference copies what a record is made of, and nothing else.
+	reference := func(p *corev1.Pod) *corev1.Pod {
+		containers := func(cs []corev1.Container) []corev1.Container {
+			var out []corev1.Container
+			for _, c := range cs {
+				out = append(out, corev1.Container{Name: c.Name, Ports: slices.Clone(c.Ports), RestartPolicy: c.RestartPolicy})
+			}
+			return out
+		}
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+				Labels: maps.Clone(p.Labels), CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp.DeepCopy()},
+			Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork,
+				Containers: containers(p.Spec.Containers), InitContainers: containers(p.Spec.InitContainers)},
+			Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: slices.Clone(p.Status.PodIPs)},
+		}
+	}
+	invalid := 0
+	for i := range 1000 {
+		var pod corev1.Pod
+		f.Fill(&pod)
+		for j := range pod.Spec.InitContainers {
+			if j%2 == 0 {
+				pod.Spec.InitContainers[j].RestartPolicy = &always // a sidecar
+			}
+		}
+		if i%2 == 0 { // a valid pod, now and then
+			pod.Name, pod.Namespace, pod.Spec.NodeName, pod.Labels = fmt.Sprintf("p-%d", i), "ns", "node-1", map[string]string{"app": "a"}
+			pod.Status.PodIP, pod.Status.PodIPs = "10.0.0.1", nil
+			for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+				for k := range cs {
+					cs[k].Ports = []corev1.ContainerPort{{Name: fmt.Sprintf("port-%d", k), ContainerPort: int32(1000 + k), Protocol: corev1.ProtocolTCP}}
+				}
+			}
+		}
+		want := reference(&pod)
+		wantErrs := Admit(want)
+		got, err := in.transform(pod.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := got.(*Pod)
+		if diff := cmp.Diff(NewPod(want), rec); diff != "" {
+			t.Fatalf("seed %d, pod %d: the record (-from a copy +transformed):\n%s", seed, i, diff)
+		}
+		in.mu.Lock()
+		gotInvalid := in.invalid[rec]
+		in.mu.Unlock()
+		if gotInvalid != (len(wantErrs) > 0) {
+			t.Fatalf("seed %d, pod %d: invalid %v, but the copy's errors are %v", seed, i, gotInvalid, wantErrs)
+		}
+		if gotInvalid {
+			invalid++
+		}
+	}
+	if invalid == 0 || invalid == 1000 {
+		t.Fatalf("%d of 1000 pods invalid: the test compares one kind only", invalid)
 	}
 }
