@@ -3,6 +3,7 @@ package k8s
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -15,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
+	restclientwatch "k8s.io/client-go/rest/watch"
 	"sigs.k8s.io/randfill"
 )
 
@@ -301,6 +304,20 @@ func TestSlimPodCodecs(t *testing.T) {
 	if !seen {
 		t.Fatal("no protobuf media type")
 	}
+	// The watch event decoder too, in a copy: the codec factory's own
+	// stream serializer, which every other client shares, is unchanged.
+	for i, info := range codecs.SupportedMediaTypes() {
+		shared := scheme.Codecs.WithoutConversion().SupportedMediaTypes()[i]
+		if info.MediaType != runtime.ContentTypeProtobuf {
+			continue
+		}
+		if _, ok := info.StreamSerializer.Serializer.(watchEventSerializer); !ok {
+			t.Errorf("protobuf stream serializer %T", info.StreamSerializer.Serializer)
+		}
+		if _, ok := shared.StreamSerializer.Serializer.(watchEventSerializer); ok || shared.StreamSerializer == info.StreamSerializer {
+			t.Error("the shared codec factory's stream serializer was changed")
+		}
+	}
 	// A watch event's pod reaches the reflector with its kind cleared, as
 	// the generated client's pods do.
 	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: "7"}}
@@ -469,5 +486,173 @@ func TestTransformPodIsItsRecord(t *testing.T) {
 	}
 	if invalid == 0 || invalid == 1000 {
 		t.Fatalf("%d of 1000 pods invalid: the test compares one kind only", invalid)
+	}
+}
+
+// BenchmarkWatchStreamPods decodes and transforms a watch stream of 1,000
+// pods as the informers do when they list (WatchList), with the
+// generated codecs and with the slim ones: one op is the whole stream.
+func BenchmarkWatchStreamPods(b *testing.B) {
+	const pods = 1000
+	var stream bytes.Buffer
+	frames := protobuf.LengthDelimitedFramer.NewFrameWriter(&stream)
+	events := protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
+	for i := range pods {
+		pod := benchmarkAPIPod()
+		pod.Name = fmt.Sprintf("web-7d9c6b5f4-%05d", i)
+		pod.Status.PodIP = fmt.Sprintf("10.244.%d.%d", i/250, i%250+1)
+		pod.Status.PodIPs = []corev1.PodIP{{IP: pod.Status.PodIP}}
+		ev := &metav1.WatchEvent{Type: "ADDED", Object: runtime.RawExtension{Raw: encodeProtobuf(b, pod)}}
+		if err := events.Encode(ev, frames); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		codecs runtime.NegotiatedSerializer
+	}{
+		{"generated", scheme.Codecs.WithoutConversion()},
+		{"slim", slimCodecs{scheme.Codecs.WithoutConversion()}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			in := NewInformers(fake.NewClientset(), InformerOptions{})
+			objects, eventSerializer, framer, err := runtime.NewClientNegotiator(c.codecs, corev1.SchemeGroupVersion).StreamDecoder(runtime.ContentTypeProtobuf, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(stream.Len()))
+			for b.Loop() {
+				frames := framer.NewFrameReader(io.NopCloser(bytes.NewReader(stream.Bytes())))
+				dec := restclientwatch.NewDecoder(streaming.NewDecoder(frames, eventSerializer), objects)
+				n := 0
+				for {
+					_, obj, err := dec.Decode()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := in.transform(obj); err != nil {
+						b.Fatal(err)
+					}
+					n++
+				}
+				if n != pods {
+					b.Fatalf("%d pods decoded", n)
+				}
+			}
+		})
+	}
+}
+
+// TestSlimWatchStreamIsTheGenerated decodes one watch stream of random
+// pods, a bookmark and an error with the generated codecs and the slim
+// ones, keeping every object until the stream ends: the slim decoder
+// reads each event's object in the frame buffer, which the next frame
+// overwrites, so anything it kept of those bytes would show here.
+func TestSlimWatchStreamIsTheGenerated(t *testing.T) {
+	seed := rand.Uint64()
+	f := randomPods(seed)
+	var stream bytes.Buffer
+	frames := protobuf.LengthDelimitedFramer.NewFrameWriter(&stream)
+	events := protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
+	send := func(typ string, obj runtime.Object) {
+		if err := events.Encode(&metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: encodeProtobuf(t, obj)}}, frames); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		var pod corev1.Pod
+		f.Fill(&pod)
+		pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+		send([]string{"ADDED", "MODIFIED", "DELETED"}[i%3], &pod)
+	}
+	send("BOOKMARK", &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{
+		ResourceVersion: "1234", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true", "other": "x"}}})
+	send("ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: "Failure", Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
+
+	type event struct {
+		typ string
+		obj runtime.Object
+	}
+	decodeAll := func(codecs runtime.NegotiatedSerializer) []event {
+		objects, eventSerializer, framer, err := runtime.NewClientNegotiator(codecs, corev1.SchemeGroupVersion).StreamDecoder(runtime.ContentTypeProtobuf, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := restclientwatch.NewDecoder(streaming.NewDecoder(framer.NewFrameReader(io.NopCloser(bytes.NewReader(stream.Bytes()))), eventSerializer), objects)
+		var all []event
+		for {
+			typ, obj, err := dec.Decode()
+			if err == io.EOF {
+				return all
+			}
+			if err != nil {
+				t.Fatalf("seed %d, event %d: %v", seed, len(all), err)
+			}
+			all = append(all, event{string(typ), obj})
+		}
+	}
+	want := decodeAll(scheme.Codecs.WithoutConversion())
+	got := decodeAll(slimCodecs{scheme.Codecs.WithoutConversion()})
+	if len(got) != len(want) || len(want) != 302 {
+		t.Fatalf("%d events decoded, the generated codecs %d, sent 302", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].typ != want[i].typ {
+			t.Fatalf("event %d: type %q, want %q", i, got[i].typ, want[i].typ)
+		}
+		w, g := want[i].obj, got[i].obj
+		if wp, ok := w.(*corev1.Pod); ok {
+			w, g = slimView(wp), slimView(g.(*corev1.Pod))
+		}
+		if diff := cmp.Diff(w, g); diff != "" {
+			t.Fatalf("seed %d, event %d (-generated +slim):\n%s", seed, i, diff)
+		}
+	}
+}
+
+// TestWatchEventDecoderMangled decodes watch event frames cut short and
+// with bytes changed: whenever the generated decoder reads one, the
+// slim one reads the same type and object bytes.
+func TestWatchEventDecoderMangled(t *testing.T) {
+	events := protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
+	slim := watchEventSerializer{events}
+	seed := rand.Uint64()
+	r := rand.New(rand.NewPCG(seed, 2))
+	agreed := 0
+	for i := range 5000 {
+		raw := make([]byte, r.IntN(40))
+		for j := range raw {
+			raw[j] = byte(r.Uint32())
+		}
+		var buf bytes.Buffer
+		if err := events.Encode(&metav1.WatchEvent{Type: []string{"ADDED", "BOOKMARK", ""}[i%3], Object: runtime.RawExtension{Raw: raw}}, &buf); err != nil {
+			t.Fatal(err)
+		}
+		data := buf.Bytes()
+		if i%2 == 0 && len(data) > 0 {
+			data = data[:r.IntN(len(data))]
+		} else if len(data) > 0 {
+			data[r.IntN(len(data))] = byte(r.Uint32())
+		}
+		var want, got metav1.WatchEvent
+		_, _, werr := events.Decode(data, nil, &want)
+		_, _, gerr := slim.Decode(data, nil, &got)
+		if werr != nil {
+			continue
+		}
+		if gerr != nil {
+			t.Fatalf("seed %d, event %d: the generated decoder reads it, the slim one: %v", seed, i, gerr)
+		}
+		if got.Type != want.Type || !bytes.Equal(got.Object.Raw, want.Object.Raw) {
+			t.Fatalf("seed %d, event %d: slim %q %x, generated %q %x", seed, i, got.Type, got.Object.Raw, want.Type, want.Object.Raw)
+		}
+		agreed++
+	}
+	if agreed < 1000 {
+		t.Fatalf("only %d mangled events were read by the generated decoder", agreed)
 	}
 }
