@@ -542,9 +542,9 @@ func (r *protoReader) message(decode func([]byte) error) error {
 // mapEntry reads a map<string, string> entry (key = 1, value = 2); a
 // missing key or value is "", as in the generated code. It reads as that
 // code does, quirks included, so that both read the same of any bytes: a
-// key or value is read whatever its wire type, and may run past the
-// entry's end (not past the message's), after which reading goes on at
-// the entry's end.
+// key or value is read by its field number alone, whatever its wire type
+// (end-group included), and may run past the entry's end (not past the
+// message's), after which reading goes on at the entry's end.
 func (r *protoReader) mapEntry() (k, v string, err error) {
 	n, err := r.varint()
 	if err != nil {
@@ -556,14 +556,14 @@ func (r *protoReader) mapEntry() (k, v string, err error) {
 	end := r.i + int(n)
 	for r.i < end {
 		start := r.i
-		num, _, err := r.field()
-		if err != nil && !errors.Is(err, errProtoFieldZero) && !errors.Is(err, errProtoEndGroup) {
+		key, err := r.varint()
+		if err != nil {
 			return "", "", err
 		}
-		switch {
-		case err == nil && num == 1:
+		switch int32(key >> 3) { // the generated code's field number
+		case 1:
 			k, err = r.str()
-		case err == nil && num == 2:
+		case 2:
 			v, err = r.str()
 		default:
 			r.i = start
