@@ -883,6 +883,10 @@ func errText(err error) string {
 // transform is idempotent, as client-go requires: it may see an object it
 // has already transformed.
 func (in *Informers) transform(obj any) (any, error) {
+	// Every object is trimmed in place (see trimPod), so that a second
+	// transform of it (a streamed list's objects are transformed into the
+	// reflector's temporary store, then again into the queue) admits the
+	// same object and marks no other one invalid.
 	var slim interface {
 		runtime.Object
 		metav1.Object
@@ -890,7 +894,8 @@ func (in *Informers) transform(obj any) (any, error) {
 	var kind string
 	switch o := obj.(type) {
 	case *corev1.Namespace:
-		slim, kind = slimNamespace(o), "Namespace"
+		trimNamespace(o)
+		slim, kind = o, "Namespace"
 	case *corev1.Pod:
 		// Validated as the Pod it is, kept as the record the compiler
 		// reads (see Pod).
@@ -901,19 +906,19 @@ func (in *Informers) transform(obj any) (any, error) {
 		in.admitted(kind, rec, errs)
 		return rec, nil
 	case *corev1.Node:
-		slim, kind = slimNode(o), "Node"
+		trimNode(o)
+		slim, kind = o, "Node"
 	case *networkingv1.NetworkPolicy:
 		kind = "NetworkPolicy"
-		o.ManagedFields = nil // o is the transform's (see trimPod)
+		o.ManagedFields = nil
 		o.Annotations = nil
 		slim = o
 	case *policyv1beta1.ClusterNetworkPolicy:
 		kind = "ClusterNetworkPolicy"
-		slim = &policyv1beta1.ClusterNetworkPolicy{
-			TypeMeta:   metav1.TypeMeta{APIVersion: clusterPolicyGroupVersion, Kind: kind},
-			ObjectMeta: slimMeta(&o.ObjectMeta),
-			Spec:       *o.Spec.DeepCopy(),
-		}
+		o.TypeMeta = metav1.TypeMeta{APIVersion: clusterPolicyGroupVersion, Kind: kind}
+		o.ObjectMeta = slimMeta(&o.ObjectMeta)
+		o.Status = policyv1beta1.ClusterNetworkPolicyStatus{}
+		slim = o
 	default:
 		return obj, nil // a Pod record already (transform is idempotent)
 	}
@@ -949,18 +954,18 @@ func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	}
 }
 
-// slimNamespace keeps, of the annotations, only the one that turns flow
-// logs on (FlowLogAnnotation).
-func slimNamespace(ns *corev1.Namespace) *corev1.Namespace {
-	slim := &corev1.Namespace{
+// trimNamespace keeps, of the annotations, only the one that turns flow
+// logs on (FlowLogAnnotation); in place (see trimPod).
+func trimNamespace(ns *corev1.Namespace) {
+	trimmed := corev1.Namespace{
 		TypeMeta:   ns.TypeMeta,
 		ObjectMeta: slimMeta(&ns.ObjectMeta),
 		Status:     corev1.NamespaceStatus{Phase: ns.Status.Phase},
 	}
 	if v, ok := ns.Annotations[FlowLogAnnotation]; ok {
-		slim.Annotations = map[string]string{FlowLogAnnotation: v}
+		trimmed.Annotations = map[string]string{FlowLogAnnotation: v}
 	}
-	return slim
+	*ns = trimmed
 }
 
 // trimPod clears p down to what a Pod record is made of (NewPod) and what
@@ -992,19 +997,25 @@ func trimPod(p *corev1.Pod) {
 	*p = trimmed
 }
 
-func slimNode(n *corev1.Node) *corev1.Node {
-	var addrs []corev1.NodeAddress
+// trimNode keeps a node's identity, CIDRs and IP addresses; in place (see
+// trimPod).
+func trimNode(n *corev1.Node) {
+	addrs := n.Status.Addresses[:0]
 	for _, a := range n.Status.Addresses {
 		if isIPAddressType(a.Type) {
 			addrs = append(addrs, a)
 		}
 	}
-	return &corev1.Node{
+	if len(addrs) == 0 {
+		addrs = nil
+	}
+	trimmed := corev1.Node{
 		TypeMeta:   n.TypeMeta,
 		ObjectMeta: slimMeta(&n.ObjectMeta),
 		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
 		Status:     corev1.NodeStatus{Addresses: addrs},
 	}
+	*n = trimmed
 }
 
 // equalIgnoringVersion compares two transformed objects of one kind,
@@ -1075,7 +1086,7 @@ func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 // NewSlimClient returns the client the informers list and watch pods and
 // nodes with (InformerOptions.Slim), for kubeconfig as NewClient. It asks
 // for protobuf, and decodes a pod or node into only what the daemon keeps
-// of it: the fields trimPod keeps and slimNode reads (see
+// of it: the fields trimPod and trimNode keep (see
 // slimSerializer). Use it for nothing else: a pod or node read or
 // written through it is missing all the rest.
 //

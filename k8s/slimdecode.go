@@ -16,7 +16,7 @@ import (
 
 // The informers' pods and nodes are decoded from the API server's
 // protobuf straight into the few fields the daemon keeps (trimPod's,
-// slimNode's). The generated decoder builds the whole object first:
+// trimNode's). The generated decoder builds the whole object first:
 // managed fields, volumes, environment, probes, the status of every
 // container, a node's images. At 150k pods that is much of what the
 // daemon allocates while it lists (docs/performance.md, "Round nine"),
@@ -46,7 +46,7 @@ type slimSerializer struct {
 
 // Decode decodes data as the protobuf serializer does (into, when it is
 // of data's kind, is reset and filled), except that a Pod holds only
-// what trimPod keeps and a Node what slimNode reads, and each the
+// what trimPod keeps and a Node what trimNode reads, and each the
 // annotation that ends a WatchList's initial events
 // (metav1.InitialEventsAnnotationKey), which the reflector reads.
 func (s slimSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
@@ -208,8 +208,8 @@ func decodeSlimNodeList(b []byte, list *corev1.NodeList) error {
 }
 
 // decodeSlimNode decodes a Node (metadata = 1, spec = 2, status = 3) into
-// n, keeping what slimNode reads: of the spec, podCIDR = 1 and podCIDRs =
-// 7; of the status, addresses = 5 (all of them: slimNode picks).
+// n, keeping what trimNode reads: of the spec, podCIDR = 1 and podCIDRs =
+// 7; of the status, addresses = 5 (all of them: trimNode picks).
 func decodeSlimNode(b []byte, n *corev1.Node) error {
 	r := protoReader{b: b}
 	for !r.done() {
