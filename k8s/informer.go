@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -907,6 +908,10 @@ func (in *Informers) transform(obj any) (any, error) {
 		return rec, nil
 	case *corev1.Node:
 		trimNode(o)
+		if unread := readNodeAddresses(o); len(unread) > 0 {
+			in.log.Warn("left out node addresses that are not IP addresses",
+				NameField("object", objectName("Node", "", o.Name)), zap.Strings("addresses", unread))
+		}
 		slim, kind = o, "Node"
 	case *networkingv1.NetworkPolicy:
 		kind = "NetworkPolicy"
@@ -995,6 +1000,36 @@ func trimPod(p *corev1.Pod) {
 		},
 	}
 	*p = trimmed
+}
+
+// readNodeAddresses makes a trimmed node's addresses ones ValidateNode
+// accepts, and returns those it left out. The API server does not check
+// status.addresses (a kubelet, a cloud controller or `kubectl patch
+// --subresource=status` may write any text), so a node must not be
+// refused whole for one of them: its labels, CIDRs and other addresses
+// are what ClusterNetworkPolicy node peers and --default-deny-unknown
+// read. An IPv4-mapped address is its IPv4 address, and a zone is
+// dropped, as the compiler would read them; what does not parse as an
+// address (a DNS name, an IPv4 address with leading zeros, which parsers
+// read differently) is left out.
+func readNodeAddresses(n *corev1.Node) (unread []string) {
+	kept := n.Status.Addresses[:0]
+	for _, a := range n.Status.Addresses {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			unread = append(unread, a.Address)
+			continue
+		}
+		if ip.Is4In6() || ip.Zone() != "" {
+			a.Address = ip.Unmap().WithZone("").String()
+		}
+		kept = append(kept, a)
+	}
+	if len(kept) == 0 {
+		kept = nil
+	}
+	n.Status.Addresses = kept
+	return unread
 }
 
 // trimNode keeps a node's identity, CIDRs and IP addresses; in place (see
