@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -1008,20 +1009,24 @@ func trimPod(p *corev1.Pod) {
 // --subresource=status` may write any text), so a node must not be
 // refused whole for one of them: its labels, CIDRs and other addresses
 // are what ClusterNetworkPolicy node peers and --default-deny-unknown
-// read. An IPv4-mapped address is its IPv4 address, and a zone is
-// dropped, as the compiler would read them; what does not parse as an
-// address (a DNS name, an IPv4 address with leading zeros, which parsers
-// read differently) is left out.
+// read. They are read as Kubernetes' own components read them (the
+// "sloppy" parser of k8s.io/utils/net, which kept the Go 1.16 rules): an
+// IPv4 address with leading zeros is decimal (010.0.0.8 is 10.0.0.8), an
+// IPv4-mapped address is its IPv4 address, and a zone is dropped. What
+// is not an address (a DNS name) is left out.
 func readNodeAddresses(n *corev1.Node) (unread []string) {
 	kept := n.Status.Addresses[:0]
 	for _, a := range n.Status.Addresses {
 		ip, err := netip.ParseAddr(a.Address)
 		if err != nil {
-			unread = append(unread, a.Address)
-			continue
+			var ok bool
+			if ip, ok = parseIPv4LeadingZeros(a.Address); !ok {
+				unread = append(unread, a.Address)
+				continue
+			}
 		}
-		if ip.Is4In6() || ip.Zone() != "" {
-			a.Address = ip.Unmap().WithZone("").String()
+		if canon := ip.Unmap().WithZone("").String(); canon != a.Address {
+			a.Address = canon
 		}
 		kept = append(kept, a)
 	}
@@ -1030,6 +1035,27 @@ func readNodeAddresses(n *corev1.Node) (unread []string) {
 	}
 	n.Status.Addresses = kept
 	return unread
+}
+
+// parseIPv4LeadingZeros reads a dotted IPv4 address whose parts may have
+// leading zeros, each part decimal.
+func parseIPv4LeadingZeros(s string) (netip.Addr, bool) {
+	var b [4]byte
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 {
+		return netip.Addr{}, false
+	}
+	for i, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return netip.Addr{}, false
+		}
+		v, err := strconv.Atoi(p)
+		if err != nil || v > 255 {
+			return netip.Addr{}, false
+		}
+		b[i] = byte(v)
+	}
+	return netip.AddrFrom4(b), true
 }
 
 // trimNode keeps a node's identity, CIDRs and IP addresses; in place (see

@@ -511,3 +511,41 @@ func TestPatchListMatchesListing(t *testing.T) {
 		list = next
 	}
 }
+
+// TestReadNodeAddresses: a node's addresses as the API server may hold
+// them (it does not check them) are read as Kubernetes' components read
+// them, and what is not an address is left out.
+func TestReadNodeAddresses(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"10.0.0.7", "10.0.0.7"},
+		{"2001:db8::1", "2001:db8::1"},
+		{"2001:DB8::1", "2001:db8::1"},
+		{"::ffff:10.0.0.7", "10.0.0.7"},
+		{"010.0.0.8", "10.0.0.8"},
+		{"10.000.0.0010", "10.0.0.10"},
+		{"fe80::1%eth0", "fe80::1"},
+		{"256.0.0.1", ""},
+		{"10.0.0", ""},
+		{"10.0.0.-1", ""},
+		{"10..0.1", ""},
+		{"node-1.example.com", ""},
+		{"", ""},
+	} {
+		n := &corev1.Node{Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "10.1.1.1"}, {Type: corev1.NodeExternalIP, Address: c.in}}}}
+		unread := readNodeAddresses(n)
+		want := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.1.1.1"}}
+		var wantUnread []string
+		if c.want != "" {
+			want = append(want, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: c.want})
+		} else {
+			wantUnread = []string{c.in}
+		}
+		if diff := cmp.Diff(want, n.Status.Addresses); diff != "" {
+			t.Errorf("%q: addresses (-want +got):\n%s", c.in, diff)
+		}
+		if diff := cmp.Diff(wantUnread, unread); diff != "" {
+			t.Errorf("%q: left out (-want +got):\n%s", c.in, diff)
+		}
+	}
+}
