@@ -161,30 +161,22 @@ func unknownEnvelope(data []byte) (gvk schema.GroupVersionKind, raw []byte, ok b
 
 // decodeSlimPodList decodes a PodList (metadata = 1, items = 2).
 func decodeSlimPodList(b []byte, list *corev1.PodList) error {
-	r := protoReader{b: b}
-	for !r.done() {
-		num, wire, err := r.field()
-		if err != nil {
-			return err
-		}
-		switch {
-		case num == 1 && wire == wireBytes:
-			err = r.message(list.ListMeta.Unmarshal)
-		case num == 2 && wire == wireBytes:
-			list.Items = append(list.Items, corev1.Pod{})
-			err = r.message(func(b []byte) error { return decodeSlimPod(b, &list.Items[len(list.Items)-1]) })
-		default:
-			err = r.skip(wire)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return decodeSlimList(b, &list.ListMeta, &list.Items, decodeSlimPod)
 }
 
 // decodeSlimNodeList decodes a NodeList (metadata = 1, items = 2).
 func decodeSlimNodeList(b []byte, list *corev1.NodeList) error {
+	return decodeSlimList(b, &list.ListMeta, &list.Items, decodeSlimNode)
+}
+
+// decodeSlimList decodes a list of core/v1 (metadata = 1, items = 2),
+// each item with decode.
+//
+// This decoder's functions each loop over their message's fields
+// themselves: with the loop in one function calling back, the reader
+// escapes to the heap, seven more allocations a pod (10% more bytes in
+// BenchmarkWatchStreamPods).
+func decodeSlimList[T any](b []byte, meta *metav1.ListMeta, items *[]T, decode func([]byte, *T) error) error {
 	r := protoReader{b: b}
 	for !r.done() {
 		num, wire, err := r.field()
@@ -193,10 +185,10 @@ func decodeSlimNodeList(b []byte, list *corev1.NodeList) error {
 		}
 		switch {
 		case num == 1 && wire == wireBytes:
-			err = r.message(list.ListMeta.Unmarshal)
+			err = r.message(meta.Unmarshal)
 		case num == 2 && wire == wireBytes:
-			list.Items = append(list.Items, corev1.Node{})
-			err = r.message(func(b []byte) error { return decodeSlimNode(b, &list.Items[len(list.Items)-1]) })
+			*items = append(*items, *new(T))
+			err = r.message(func(b []byte) error { return decode(b, &(*items)[len(*items)-1]) })
 		default:
 			err = r.skip(wire)
 		}
