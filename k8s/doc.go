@@ -305,7 +305,9 @@
 // client NewSlimClient makes (InformerOptions.Slim): it reads from the
 // API server's protobuf only the fields the daemon keeps, and skips the
 // rest (managed fields, volumes, container statuses, a node's images)
-// unparsed;
+// unparsed. A node's status.addresses, which the API server does not
+// check, are read as Kubernetes' components read them (readNodeAddresses),
+// so that one odd address never drops the whole node;
 // objects Admit rejects are logged and left out. Watch sends a snapshot
 // built from the caches now and after changes, one whenever the previous
 // one was taken (the Syncer coalesces, nothing here waits); updates that

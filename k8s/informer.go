@@ -1009,8 +1009,8 @@ func trimPod(p *corev1.Pod) {
 // --subresource=status` may write any text), so a node must not be
 // refused whole for one of them: its labels, CIDRs and other addresses
 // are what ClusterNetworkPolicy node peers and --default-deny-unknown
-// read. They are read as Kubernetes' own components read them (the
-// "sloppy" parser of k8s.io/utils/net, which kept the Go 1.16 rules): an
+// read. They are read as Kubernetes' own components have read them
+// (k8s.io/utils/net's ParseIPSloppy, Go 1.16's rules): an
 // IPv4 address with leading zeros is decimal (010.0.0.8 is 10.0.0.8), an
 // IPv4-mapped address is its IPv4 address, and a zone is dropped. What
 // is not an address (a DNS name) is left out.
@@ -1024,11 +1024,12 @@ func readNodeAddresses(n *corev1.Node) (unread []string) {
 				unread = append(unread, a.Address)
 				continue
 			}
+			a.Address = ip.String()
 		}
-		if canon := ip.Unmap().WithZone("").String(); canon != a.Address {
-			a.Address = canon
+		if ip.Is4In6() || ip.Zone() != "" {
+			a.Address = ip.Unmap().WithZone("").String()
 		}
-		kept = append(kept, a)
+		kept = append(kept, a) // canonicalized by normalizeNode
 	}
 	if len(kept) == 0 {
 		kept = nil

@@ -519,7 +519,7 @@ func TestReadNodeAddresses(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"10.0.0.7", "10.0.0.7"},
 		{"2001:db8::1", "2001:db8::1"},
-		{"2001:DB8::1", "2001:db8::1"},
+		{"2001:DB8::1", "2001:DB8::1"}, // normalizeNode canonicalizes it
 		{"::ffff:10.0.0.7", "10.0.0.7"},
 		{"010.0.0.8", "10.0.0.8"},
 		{"10.000.0.0010", "10.0.0.10"},
