@@ -20,7 +20,7 @@ import (
 // managed fields, volumes, environment, probes, the status of every
 // container, a node's images. At 150k pods that is much of what the
 // daemon allocates while it lists (docs/performance.md, "Round nine"),
-// and all of it is garbage a moment later, when the transform slims the
+// and all of it is garbage a moment later, when the transform trims the
 // object. Every other kind, and an object sent as JSON, takes the usual
 // decoder.
 //
