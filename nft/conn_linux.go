@@ -43,7 +43,10 @@ type Conn struct {
 
 	// betweenBatches, set only by tests, runs after batch n (1 to 3) of
 	// a write through the handover table, for another writer to act
-	// between the batches at a known point.
+	// between the batches at a known point; and with n = 0 once the
+	// reads that plan a whole-table write are done, before its first
+	// batch is encoded and sent (the window of a write that takes long
+	// to encode).
 	betweenBatches func(n int)
 }
 

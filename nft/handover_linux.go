@@ -213,6 +213,7 @@ func (c *Conn) apply(t *Table, gen uint32, guard func() (uint32, error)) (BatchS
 		return BatchStats{}, fmt.Errorf("%s: %w", op, err)
 	}
 	first := c.handoverGuard(t.Name, guard)
+	c.between(0)
 	if !t.hasIntervalSet() {
 		return c.replace(op, t, replaceStep{name: t.Name, comment: comment, dropHandle: ho.handle}, gen, first)
 	}

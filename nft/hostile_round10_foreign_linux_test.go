@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nftpolicy/nftpolicy/internal/testns"
 )
@@ -16,13 +15,8 @@ import (
 // tables.
 
 // r10BigTable is intervalTable with n more ranges in 12.0.0.0/6, for a
-// write that takes a while to encode and commit.
-//
-// The tests that race another writer against the encoding of such a
-// table size it so that the encoding outlasts their sleep and the other
-// writer's start: since the writer encodes set elements itself
-// (f7e8e9c), 100k ranges encode in well under the 30 ms they wait, so
-// they write 4 times as many as before.
+// write that takes a while to encode and commit: long enough for a
+// counter of packets to see a table replaced while it commits.
 func r10BigTable(n int, comment string) *Table {
 	t := intervalTable(0, comment)
 	s := t.Sets[0]
@@ -47,13 +41,19 @@ const r10Foreign = `table inet nftpolicy-handover {
 // at its start, and its first batch then deletes whatever is under that
 // name and writes the handover table there, unchecked. Another program
 // that creates its own table under that name while the batch is being
-// encoded (here 100k ranges: a few hundred ms) loses it.
+// encoded loses it.
 //
 // FAILED before the later batches asserted tokens (now holds): "another program's table inet nftpolicy-handover, made while
 // Apply encoded its first batch, was deleted by it" (Apply returned nil).
 // ApplyGuarded reads the handover table again after the guard's
 // generation, and ApplyAt's first batch is checked against gen: both hold
 // (subtests).
+//
+// The other program writes from the hook that runs once the write's
+// planning reads are done (betweenBatches(0)). It used to write 30 ms
+// after the write began, which on a loaded machine fired after the first
+// batch had made our handover table, so that its own write was refused
+// and the test failed in its set-up.
 func TestHostileRound10ForeignHandoverMadeDuringEncode(t *testing.T) {
 	for _, how := range []string{"Apply", "ApplyGuarded", "ApplyAt"} {
 		t.Run(how, func(t *testing.T) {
@@ -65,26 +65,27 @@ func TestHostileRound10ForeignHandoverMadeDuringEncode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			big := r10BigTable(400000, "big")
-			done := make(chan error, 1)
-			start := time.Now()
-			go func() {
-				var err error
-				switch how {
-				case "Apply":
-					_, err = c.Apply(big)
-				case "ApplyGuarded":
-					_, err = c.ApplyGuarded(big, func(string, bool) error { return nil })
-				case "ApplyAt":
-					_, err = c.ApplyAt(big, gen)
+			big := r10BigTable(1000, "big")
+			made := false
+			c.betweenBatches = func(n int) {
+				if n == 0 {
+					testns.Nft(t, ns, r10Foreign, "-f", "-")
+					made = true
 				}
-				done <- err
-			}()
-			time.Sleep(30 * time.Millisecond)
-			testns.Nft(t, ns, r10Foreign, "-f", "-")
-			made := time.Since(start)
-			err = <-done
-			t.Logf("%s: %v after %v (foreign table made at %v)", how, err, time.Since(start), made)
+			}
+			switch how {
+			case "Apply":
+				_, err = c.Apply(big)
+			case "ApplyGuarded":
+				_, err = c.ApplyGuarded(big, func(string, bool) error { return nil })
+			case "ApplyAt":
+				_, err = c.ApplyAt(big, gen)
+			}
+			c.betweenBatches = nil
+			if !made {
+				t.Fatalf("%s returned %v without planning a write", how, err)
+			}
+			t.Logf("%s: %v", how, err)
 			comment, cerr := c.TableComment(HandoverTable("nftpolicy"))
 			if cerr != nil || comment != "another program's table" {
 				t.Errorf("another program's table inet %s, made while %s encoded its first batch, was deleted by it (now: comment %q, %v; %s returned %v)",
@@ -116,6 +117,10 @@ func TestHostileRound10ForeignHandoverMadeDuringEncode(t *testing.T) {
 // by the handle read, or creates it only if there is none: the other
 // writer's table refuses it (ErrGenerationChanged), and the other state
 // stays in force.
+//
+// The other writer acts from the hook that runs once the write's
+// planning reads are done (betweenBatches(0)), not 20 ms after it began:
+// on a loaded machine such a timer could fire after the write.
 func TestHostileRound10StaleLivenessOneBatch(t *testing.T) {
 	ns, c := r9NS(t)
 	other, err := Open(ns)
@@ -129,22 +134,28 @@ func TestHostileRound10StaleLivenessOneBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		big := r10BigTable(240000, "big")
-		type res struct {
+		var v *verdictCounter
+		c.betweenBatches = func(n int) {
+			if n != 0 {
+				return
+			}
+			// The other writer: a small table in force, judging
+			// alike, once the write has planned and before it
+			// encodes.
+			if _, err := other.Apply(intervalTable(0, "other")); err != nil {
+				t.Fatal(err)
+			}
+			v = startVerdictCounter(t, ns)
+		}
+		var r struct {
 			st  BatchStats
 			err error
 		}
-		done := make(chan res, 1)
-		go func() {
-			st, err := c.ApplyGuarded(big, func(string, bool) error { return nil })
-			done <- res{st, err}
-		}()
-		time.Sleep(20 * time.Millisecond)
-		// The other writer: a small table in force, judging alike.
-		if _, err := other.Apply(intervalTable(0, "other")); err != nil {
-			t.Fatal(err)
+		r.st, r.err = c.ApplyGuarded(big, func(string, bool) error { return nil })
+		c.betweenBatches = nil
+		if v == nil {
+			t.Fatalf("try %d: ApplyGuarded returned %v without planning a write", i, r.err)
 		}
-		v := startVerdictCounter(t, ns)
-		r := <-done
 		v.finish()
 		t.Logf("try %d: handover %v, %v; %d sent, %d blocks, %d leaks", i, r.st.Handover, r.err, v.sent.Load(), v.blocks.Load(), v.leaks.Load())
 		refused := errors.Is(r.err, ErrGenerationChanged)
