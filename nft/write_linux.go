@@ -161,8 +161,10 @@ type writer struct {
 	// handed over to tx (queued).
 	handedOver int
 	// elemBuf encodes one set element message after another
-	// (appendElemMessage): tx copies each into the batch.
-	elemBuf []byte
+	// (appendElemMessage), and ruleBuf one rule message after another
+	// (appendRuleMessage), with commentBuf its comment: tx copies each
+	// into the batch.
+	elemBuf, ruleBuf, commentBuf []byte
 }
 
 func (c *Conn) newWriter(table string, gen uint32) (*writer, error) {
@@ -381,21 +383,36 @@ func (b *writer) addChain(ch *Chain) error {
 }
 
 func (b *writer) addRules(ch *Chain) error {
+	if len(ch.Rules) == 0 {
+		return nil
+	}
+	// The chain's message (the library's) goes first.
+	if err := b.tx.handOver(b.nl); err != nil {
+		return err
+	}
+	nc, ok := b.chains[ch.Name]
+	if !ok {
+		return fmt.Errorf("chain %s: rules queued before the chain", ch.Name)
+	}
 	for i, r := range ch.Rules {
 		exprs, err := encodeRule(r, b.sets)
 		if err != nil {
 			return fmt.Errorf("chain %s rule %d (%s): %w", ch.Name, i, RenderRule(r), err)
 		}
-		nr := &nftables.Rule{Table: b.table, Chain: b.chains[ch.Name], Exprs: exprs}
+		var comment []byte
 		if r.Comment != "" {
-			nr.UserData = userdata.AppendString(nil, userdata.TypeComment, r.Comment)
+			comment = userdata.AppendString(b.commentBuf[:0], userdata.TypeComment, r.Comment)
+			b.commentBuf = comment
 		}
-		b.nl.AddRule(nr)
-		b.stats.Messages++
-		if err := b.queued(); err != nil {
+		if b.ruleBuf, err = appendRuleMessage(b.ruleBuf[:0], b.table, nc.Name, exprs, comment); err != nil {
+			return fmt.Errorf("chain %s rule %d (%s): %w", ch.Name, i, RenderRule(r), err)
+		}
+		if err := b.tx.addOwn(netlink.Message{Header: netlink.Header{Type: ruleMessageType, Flags: ruleMessageFlags}, Data: b.ruleBuf}); err != nil {
 			return err
 		}
+		b.stats.Messages++
 	}
+	b.handedOver = b.stats.Messages // nothing of the library's is left
 	return nil
 }
 
