@@ -15,6 +15,18 @@ import (
 // for elems of ns: SetAddElements, or SetDeleteElements.
 func libraryElemMessage(t *testing.T, ns *nftables.Set, elems []nftables.SetElement, add bool) netlink.Message {
 	t.Helper()
+	return libraryMessage(t, func(nl *nftables.Conn) error {
+		if add {
+			return nl.SetAddElements(ns, elems)
+		}
+		return nl.SetDeleteElements(ns, elems)
+	})
+}
+
+// libraryMessage is the one message google/nftables sends in the batch
+// queue queues.
+func libraryMessage(t *testing.T, queue func(nl *nftables.Conn) error) netlink.Message {
+	t.Helper()
 	var sent []netlink.Message
 	nl, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
 		if req != nil {
@@ -26,12 +38,7 @@ func libraryElemMessage(t *testing.T, ns *nftables.Set, elems []nftables.SetElem
 	if err != nil {
 		t.Fatal(err)
 	}
-	if add {
-		err = nl.SetAddElements(ns, elems)
-	} else {
-		err = nl.SetDeleteElements(ns, elems)
-	}
-	if err != nil {
+	if err := queue(nl); err != nil {
 		t.Fatal(err)
 	}
 	if err := nl.Flush(); err != nil {

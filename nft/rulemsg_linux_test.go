@@ -3,7 +3,6 @@ package nft
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
@@ -17,25 +16,10 @@ import (
 // of exprs, with userData, to chain of table.
 func libraryRuleMessage(t *testing.T, table *nftables.Table, chain string, exprs []expr.Any, userData []byte) netlink.Message {
 	t.Helper()
-	var sent []netlink.Message
-	nl, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		if req != nil {
-			sent = append(sent, req...)
-			return nil, nil
-		}
-		return nil, io.EOF
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	nl.AddRule(&nftables.Rule{Table: table, Chain: &nftables.Chain{Name: chain, Table: table}, Exprs: exprs, UserData: userData})
-	if err := nl.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if len(sent) != 3 { // begin, the message, end
-		t.Fatalf("the library sent %d messages, want begin, one, end", len(sent))
-	}
-	return sent[1]
+	return libraryMessage(t, func(nl *nftables.Conn) error {
+		nl.AddRule(&nftables.Rule{Table: table, Chain: &nftables.Chain{Name: chain, Table: table}, Exprs: exprs, UserData: userData})
+		return nil
+	})
 }
 
 // ruleMessageTable is the sample table with a chain holding a rule of
