@@ -516,11 +516,26 @@ func (c *Compiler) renameUnions(ch *changes) {
 
 // mergeRanges is the union of lists of ranges, each sorted and merged as
 // rangesOf leaves them, sorted and merged the same way: one k-way merge,
-// whose output is its only allocation and is no larger than it needs to
-// be. (A merge two by two, each step sized for both inputs, held 47 MB
-// of intermediate lists at once at the first sync of 150k pods, and kept
-// the unions at the capacity of all their parts.)
+// whose output is its only allocation and exactly its size. (A merge two
+// by two, each step sized for both inputs, held 47 MB of intermediate
+// lists at once at the first sync of 150k pods, and kept the unions at
+// the capacity of all their parts. Growing the output by append's
+// doubling and trimming it allocated three times the union, 60 MB there;
+// sizing it for all its lists' ranges, as many as all the parts together
+// when they overlap: 64 lists naming the same 20k pods took 114 MB for a
+// 1.8 MB union, TestHostileRound16MergeRangesMemory.) So the merge runs
+// twice, counting the ranges, then writing them.
 func mergeRanges(lists ...[]nft.Element) []nft.Element {
+	n := 0
+	eachMerged(lists, func(nft.Element) { n++ })
+	out := make([]nft.Element, 0, n) // empty, not nil, as rangesOf leaves an empty set
+	eachMerged(lists, func(r nft.Element) { out = append(out, r) })
+	return out
+}
+
+// eachMerged calls emit with each range of the union of lists (sorted and
+// merged as rangesOf leaves them), in order.
+func eachMerged(lists [][]nft.Element, emit func(nft.Element)) {
 	// heads holds the lists not yet used up, as a min-heap by the address
 	// each starts at now.
 	heads := make([][]nft.Element, 0, len(lists))
@@ -548,14 +563,8 @@ func mergeRanges(lists ...[]nft.Element) []nft.Element {
 	for i := len(heads)/2 - 1; i >= 0; i-- {
 		down(i)
 	}
-	// Sized for every range of every list, which a union of lists that
-	// rarely overlap (the usual peers) comes near: one allocation where
-	// append's doubling made three.
-	total := 0
-	for _, l := range heads {
-		total += len(l)
-	}
-	out := make([]nft.Element, 0, total) // empty, not nil, as rangesOf leaves an empty set
+	var cur nft.Element // the range being merged, emitted once the next starts past it
+	started := false
 	for len(heads) > 0 {
 		el := heads[0][0]
 		if heads[0] = heads[0][1:]; len(heads[0]) == 0 {
@@ -563,21 +572,21 @@ func mergeRanges(lists ...[]nft.Element) []nft.Element {
 			heads = heads[:len(heads)-1]
 		}
 		down(0)
-		if n := len(out); n > 0 {
-			last := lastOf(out[n-1])
+		if started {
+			last := lastOf(cur)
 			if el.Addr.Compare(last) <= 0 || last.Next() == el.Addr {
 				if lastOf(el).Compare(last) > 0 {
-					out[n-1] = rangeOf(out[n-1].Addr, lastOf(el))
+					cur = rangeOf(cur.Addr, lastOf(el))
 				}
 				continue
 			}
+			emit(cur)
 		}
-		out = append(out, el)
+		cur, started = el, true
 	}
-	if cap(out)-len(out) > len(out)/8 {
-		out = slices.Clone(out) // a union is kept: not at append's doubling
+	if started {
+		emit(cur)
 	}
-	return out
 }
 
 // patchUnion brings a union in step with its parts, which are up to
