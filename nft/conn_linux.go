@@ -60,7 +60,7 @@ func (c *Conn) newQueryConn() (*nftables.Conn, func(), error) {
 		return nil, nil, err
 	}
 	c.opened.Add(1)
-	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers)}
+	opts := []nftables.ConnOption{nftables.WithSockOptions(largeBuffers, wideDumps)}
 	if fd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(fd))
 	}
@@ -133,6 +133,51 @@ func largeBuffers(conn *netlink.Conn) error {
 	}
 	return serr
 }
+
+// wideDumps makes the kernel fill each message of a dump on conn with up
+// to 32 KB, not a page. The kernel sizes a dump's buffers by the largest
+// buffer the socket has been read with (nlk->max_recvmsg_len, capped at
+// 32 KB), and a rule that does not fit an empty buffer ends the dump
+// there, with NLMSG_DONE and no error. mdlayher/netlink reads each
+// message with a buffer of the size it peeks, so on a fresh socket every
+// dump buffer is a page: a rule of about 70 expressions or more (another
+// program's; ours are far smaller) and every rule after it were left out
+// of what Drift, ReadTable and Inspect read, so that an intruder's wide
+// rule at the end of our base chain went unseen
+// (TestHostileRound16ReadersSeeWideRules). nft reads with 32 KB buffers
+// too. So a generation request's answer is read once with a 32 KB buffer
+// before anything else: the largest rule the kernel takes (128
+// expressions) fits.
+func wideDumps(conn *netlink.Conn) error {
+	req := netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	}
+	if _, err := conn.Send(req); err != nil {
+		return fmt.Errorf("read ruleset generation: %w", err)
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, wideDumpBytes)
+	var rerr error
+	err = raw.Read(func(fd uintptr) bool {
+		_, _, _, _, rerr = unix.Recvmsg(int(fd), buf, nil, 0)
+		return rerr != unix.EAGAIN && rerr != unix.EINTR
+	})
+	if err != nil {
+		return err
+	}
+	if rerr != nil {
+		return fmt.Errorf("read ruleset generation: %w", rerr)
+	}
+	return nil
+}
+
+// wideDumpBytes is the largest dump buffer the kernel makes (it caps what
+// a socket asks at 32 KB with the skb's overhead taken out).
+const wideDumpBytes = 32 << 10
 
 // Open connects to nf_tables in the network namespace netns: "" for the
 // current one, a name under /run/netns (as `ip netns add` makes), or a path

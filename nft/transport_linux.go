@@ -1,11 +1,13 @@
 package nft
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync/atomic"
 
 	"github.com/google/nftables"
@@ -63,7 +65,8 @@ func genOf(m netlink.Message) (uint32, error) {
 	return gen, nil
 }
 
-// dial opens a NETLINK_NETFILTER socket in this Conn's namespace.
+// dial opens a NETLINK_NETFILTER socket in this Conn's namespace, whose
+// dumps carry rules of any size the kernel takes (wideDumps).
 func (c *Conn) dial() (*netlink.Conn, error) {
 	fd, release, err := c.holdNetns()
 	if err != nil {
@@ -75,7 +78,15 @@ func (c *Conn) dial() (*netlink.Conn, error) {
 	if fd >= 0 {
 		cfg.NetNS = fd
 	}
-	return netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := wideDumps(nl); err != nil {
+		nl.Close()
+		return nil, err
+	}
+	return nl, nil
 }
 
 // dialLarge is dial with the buffers a batch or a stream of notifications
@@ -223,6 +234,36 @@ type batchTransport struct {
 	refusal   error         // the kernel's error addressed to the batch as a whole
 	broken    bool          // the socket failed (not a reply): close it after the batch
 	committed uint32        // the generation from the NEWGEN echo; 0: none seen
+
+	// lastSeq is the sequence number of the message added last; rules
+	// says which rule each rule message is (their sequence numbers
+	// rise), so that a refusal, which carries the sequence number of the
+	// message refused, names the rule (see ruleOf).
+	lastSeq uint32
+	rules   []ruleMessage
+}
+
+// A ruleMessage says which rule of which chain the message of sequence
+// number seq adds.
+type ruleMessage struct {
+	seq   uint32
+	chain string
+	rule  int
+}
+
+// ruleAdded records that the message added last adds rule rule of chain.
+func (t *batchTransport) ruleAdded(chain string, rule int) {
+	t.rules = append(t.rules, ruleMessage{seq: t.lastSeq, chain: chain, rule: rule})
+}
+
+// named wraps err, the kernel's refusal of the message of sequence number
+// seq, with the chain and rule that message adds, if it adds one.
+func (t *batchTransport) named(seq uint32, err error) error {
+	i, found := slices.BinarySearchFunc(t.rules, seq, func(r ruleMessage, seq uint32) int { return cmp.Compare(r.seq, seq) })
+	if !found {
+		return err
+	}
+	return fmt.Errorf("chain %s rule %d: %w", t.rules[i].chain, t.rules[i].rule, err)
 }
 
 // newBatchConn returns a fresh google/nftables connection whose Flush goes
@@ -294,6 +335,7 @@ func (t *batchTransport) add(m netlink.Message) {
 	}
 	m.Header.PID = 0 // the socket's
 	m.Header.Sequence = batchSequence.Add(1)
+	t.lastSeq = m.Header.Sequence
 	t.append(m)
 	t.messages++
 }
@@ -467,7 +509,7 @@ func (t *batchTransport) replies() error {
 				t.refusal = oe.Err
 			}
 			if len(refused) < maxRefusals {
-				refused = append(refused, err)
+				refused = append(refused, t.named(oe.Sequence, err))
 			} else {
 				more++
 			}

@@ -410,6 +410,7 @@ func (b *writer) addRules(ch *Chain) error {
 		if err := b.tx.addOwn(netlink.Message{Header: netlink.Header{Type: ruleMessageType, Flags: ruleMessageFlags}, Data: b.ruleBuf}); err != nil {
 			return err
 		}
+		b.tx.ruleAdded(ch.Name, i)
 		b.stats.Messages++
 	}
 	b.handedOver = b.stats.Messages // nothing of the library's is left
