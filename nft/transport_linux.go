@@ -238,7 +238,7 @@ type batchTransport struct {
 	// lastSeq is the sequence number of the message added last; rules
 	// says which rule each rule message is (their sequence numbers
 	// rise), so that a refusal, which carries the sequence number of the
-	// message refused, names the rule (see ruleOf).
+	// message refused, names the rule (see named).
 	lastSeq uint32
 	rules   []ruleMessage
 }
