@@ -237,7 +237,7 @@ type batchTransport struct {
 
 	// lastSeq is the sequence number of the message added last; rules
 	// says which rule each rule message is (their sequence numbers
-	// rise), so that a refusal, which carries the sequence number of the
+	// rise, modulo 2^32), so that a refusal, which carries the sequence number of the
 	// message refused, names the rule (see named).
 	lastSeq uint32
 	rules   []ruleMessage
@@ -258,8 +258,16 @@ func (t *batchTransport) ruleAdded(chain string, rule int) {
 
 // named wraps err, the kernel's refusal of the message of sequence number
 // seq, with the chain and rule that message adds, if it adds one.
+//
+// Sequence numbers are compared as offsets from the batch's first rule
+// message: batchSequence wraps past 2^32 in a long-lived daemon, and a
+// batch may straddle the wrap (TestHostileRound17RefusalAcrossSequenceWrap).
 func (t *batchTransport) named(seq uint32, err error) error {
-	i, found := slices.BinarySearchFunc(t.rules, seq, func(r ruleMessage, seq uint32) int { return cmp.Compare(r.seq, seq) })
+	if len(t.rules) == 0 {
+		return err
+	}
+	base := t.rules[0].seq
+	i, found := slices.BinarySearchFunc(t.rules, seq-base, func(r ruleMessage, off uint32) int { return cmp.Compare(r.seq-base, off) })
 	if !found {
 		return err
 	}
