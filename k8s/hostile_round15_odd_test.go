@@ -58,10 +58,12 @@ func r15CompareRawChunk(t *testing.T, stream []byte, nodes bool, chunk int) []r1
 	for i := range max(len(got), len(want)) {
 		var g, w string
 		if i < len(got) {
-			g = fmt.Sprintf("%s %T %v", got[i].typ, got[i].obj, r15ErrorView(r15View(got[i].obj)))
+			v := r15ErrorView(r15View(got[i].obj))
+			g = fmt.Sprintf("%s %T %v", got[i].typ, v, v)
 		}
 		if i < len(want) {
-			w = fmt.Sprintf("%s %T %v", want[i].typ, want[i].obj, r15ErrorView(r15View(want[i].obj)))
+			v := r15ErrorView(r15View(want[i].obj))
+			w = fmt.Sprintf("%s %T %v", want[i].typ, v, v)
 		}
 		if g != w {
 			t.Errorf("event %d:\n slim  %s\n stock %s", i, g, w)

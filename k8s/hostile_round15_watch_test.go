@@ -211,6 +211,13 @@ func r15View(o runtime.Object) runtime.Object {
 	case *corev1.Pod:
 		v := slimView(o)
 		v.TypeMeta = metav1.TypeMeta{}
+		// The slim client decodes an admitted pod to its record (see
+		// sameSlimPod, which holds it to that).
+		if _, bookmark := v.Annotations[metav1.InitialEventsAnnotationKey]; !bookmark {
+			if rec, errs := admitPod(v.DeepCopy()); len(errs) == 0 {
+				return rec
+			}
+		}
 		return v
 	case *corev1.Node:
 		n := o.DeepCopy()
@@ -223,7 +230,9 @@ func r15View(o runtime.Object) runtime.Object {
 	case *corev1.PodList:
 		l := &corev1.PodList{ListMeta: o.ListMeta}
 		for i := range o.Items {
-			l.Items = append(l.Items, *r15View(&o.Items[i]).(*corev1.Pod))
+			v := slimView(&o.Items[i]) // a list's pods stay corev1.Pods
+			v.TypeMeta = metav1.TypeMeta{}
+			l.Items = append(l.Items, *v)
 		}
 		return l
 	}

@@ -160,6 +160,14 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		{list: listFunc(netv1.NetworkPolicies("").List), watch: netv1.NetworkPolicies("").Watch},
 	}
 	objs := []runtime.Object{&corev1.Namespace{}, &corev1.Pod{}, &corev1.Node{}, &networkingv1.NetworkPolicy{}}
+	if opts.Slim != nil {
+		// The slim client's watch events carry a pod's record (*Pod) where
+		// they can, a corev1.Pod where the transform must see one (see
+		// decodePodRecord), so the reflector must not drop either as of
+		// the wrong type: no example object. transform takes both, and a
+		// Snapshot reads only records.
+		objs[1] = nil
+	}
 	for i, l := range links {
 		l.in, l.resource, l.noWatchList = in, resources[i], noWatchList
 		inf, handled := in.newInformer(l, objs[i], opts.Resync, i)
@@ -180,7 +188,8 @@ func (in *Informers) newInformer(l *link, obj runtime.Object, resync time.Durati
 	// No indexers: nothing looks objects up by anything but their key,
 	// and a namespace index costs a key string and a set entry per pod.
 	inf = cache.NewSharedIndexInformerWithOptions(l, obj, cache.SharedIndexInformerOptions{
-		ResyncPeriod: resync,
+		ResyncPeriod:      resync,
+		ObjectDescription: l.resource, // what client-go's logs call it, with or without an example object
 	})
 	// These error only once the informer has started; it has not.
 	_ = inf.SetTransform(in.transform)
@@ -485,16 +494,25 @@ func (in *Informers) Snapshot() *Snapshot {
 
 // markPending notes an object an event of informer kind changed, or
 // deleted (see pending).
+//
+// Until the first Snapshot there is nothing to patch: that Snapshot lists
+// every cache, and the cache already holds what an event notifies (client-go
+// stores an object before it hands the event to the handlers). Noting the
+// first list's 150k pods anyway cost a key string and a map entry each,
+// alive through the list and thrown away by that Snapshot.
 func (in *Informers) markPending(kind int, obj any) {
 	if kind < 0 {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.last == nil {
 		return
 	}
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.pending[kind] == nil {
 		in.pending[kind] = map[string]bool{}
 	}
@@ -902,9 +920,7 @@ func (in *Informers) transform(obj any) (any, error) {
 		// Validated as the Pod it is, kept as the record the compiler
 		// reads (see Pod).
 		kind = "Pod"
-		trimPod(o)
-		errs := Admit(o) // defaults and canonicalizes too
-		rec := NewPod(o)
+		rec, errs := admitPod(o)
 		in.admitted(kind, rec, errs)
 		return rec, nil
 	case *corev1.Node:
@@ -931,6 +947,16 @@ func (in *Informers) transform(obj any) (any, error) {
 	errs := Admit(slim)
 	in.admitted(kind, slim, errs)
 	return slim, nil
+}
+
+// admitPod trims p (in place), admits it (Admit defaults and canonicalizes
+// too) and returns its record, with what Admit found wrong. The slim
+// decoder admits a pod it decodes this way too (decodePodRecord), so that
+// a pod's record is the same by either road.
+func admitPod(p *corev1.Pod) (*Pod, field.ErrorList) {
+	trimPod(p)
+	errs := Admit(p)
+	return NewPod(p), errs
 }
 
 // admitted records what Admit found of obj, the very value the cache

@@ -549,3 +549,38 @@ func TestReadNodeAddresses(t *testing.T) {
 		}
 	}
 }
+
+// Before the first Snapshot there is nothing to patch (it lists every
+// cache), so the first list's events note nothing; once it is taken, an
+// event is noted and the next Snapshot holds it.
+func TestInformersFirstListNotesNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	objs := []runtime.Object{namespace("x")}
+	for i := range 50 {
+		objs = append(objs, podWithIP("x", fmt.Sprintf("p%d", i), fmt.Sprintf("10.1.0.%d", i+1), nil))
+	}
+	client := fake.NewClientset(objs...)
+	in := NewInformers(client, InformerOptions{})
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Start returns once the handlers have seen the whole first list.
+	in.mu.Lock()
+	noted := 0
+	for _, m := range in.pending {
+		noted += len(m)
+	}
+	in.mu.Unlock()
+	if noted != 0 {
+		t.Fatalf("the first list noted %d objects before any Snapshot; want 0", noted)
+	}
+	ch := in.Watch(ctx)
+	next(t, ch, "first", func(s *Snapshot) bool { return len(s.Pods) == 50 && len(s.Namespaces) == 1 })
+	if _, err := client.CoreV1().Pods("x").Create(ctx, podWithIP("x", "late", "10.1.1.1", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "pod created after the first Snapshot", func(s *Snapshot) bool {
+		return len(s.Pods) == 51 && slices.ContainsFunc(s.Pods, func(p *Pod) bool { return p.Name == "late" })
+	})
+}

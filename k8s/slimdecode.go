@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,7 +63,11 @@ func (s slimSerializer) Decode(data []byte, defaults *schema.GroupVersionKind, i
 	var err error
 	switch gvk.Kind {
 	case "Pod":
-		obj, ok, err = decodeSlim(raw, into, decodeSlimPod)
+		if into == nil {
+			obj, ok, err = decodePodRecord(raw)
+		} else {
+			obj, ok, err = decodeSlim(raw, into, decodeSlimPod)
+		}
 	case "PodList":
 		obj, ok, err = decodeSlim(raw, into, decodeSlimPodList)
 	case "Node":
@@ -98,6 +103,58 @@ func decodeSlim[T any, PT interface {
 		t = new(T)
 	}
 	return t, true, decode(raw, t)
+}
+
+// decodePodRecord decodes a pod, as a watch event or a Get carries it,
+// straight into its record (*Pod), admitted as the informers' transform
+// admits a corev1.Pod (admitPod): a corev1.Pod struct is 1,240 bytes
+// before its containers, and decoding each of a 150k-pod list into a new
+// one only to copy a quarter of it out was a third of what the daemon
+// allocated while it listed (docs/performance.md, "Round eleven"). The
+// pod is read into a scratch corev1.Pod that the record shares nothing
+// with, reused from pod to pod.
+//
+// Two kinds of pod are decoded whole into a new corev1.Pod, as before, for
+// the transform to take: one that fails admission, so that the transform
+// logs it and keeps it marked invalid, and one that carries the WatchList
+// annotation (a bookmark), which the reflector reads.
+func decodePodRecord(raw []byte) (runtime.Object, bool, error) {
+	s := podScratches.Get().(*podScratch)
+	defer podScratches.Put(s)
+	p := s.reset()
+	if err := decodeSlimPod(raw, p); err != nil {
+		return nil, true, err
+	}
+	if len(p.Labels) == 0 {
+		p.Labels = nil // as the generated decoder leaves a pod without labels
+	}
+	if len(p.Annotations) == 0 {
+		if rec, errs := admitPod(p); len(errs) == 0 {
+			return rec, true, nil
+		}
+	}
+	return decodeSlim(raw, nil, decodeSlimPod)
+}
+
+// A podScratch is a corev1.Pod to decode into, with the labels map and
+// container lists of its last pod kept for the next.
+type podScratch struct {
+	pod    corev1.Pod
+	labels map[string]string
+}
+
+var podScratches = sync.Pool{New: func() any { return &podScratch{labels: map[string]string{}} }}
+
+// reset empties the scratch pod for the next, keeping the capacity of its
+// labels and container lists (what the record is made of is copied out:
+// see NewPod).
+func (s *podScratch) reset() *corev1.Pod {
+	containers, inits := s.pod.Spec.Containers[:0], s.pod.Spec.InitContainers[:0]
+	clear(s.labels)
+	s.pod = corev1.Pod{}
+	s.pod.Labels = s.labels
+	s.pod.Spec.Containers, s.pod.Spec.InitContainers = containers, inits
+	return &s.pod
 }
 
 // unknownEnvelope reads the runtime.Unknown that wraps a protobuf object

@@ -73,6 +73,53 @@ func slimView(p *corev1.Pod) *corev1.Pod {
 	return s
 }
 
+// sameSlimPod compares what the slim decoder made of a pod (got) with
+// what the generated decoder made of the same bytes (want), and returns
+// the difference, "" for none. An admitted pod without the WatchList
+// annotation must be decoded to its record, the very record the
+// transform makes of want; any other to a corev1.Pod whose slimView is
+// want's, for the transform to take.
+func sameSlimPod(want *corev1.Pod, got runtime.Object) string {
+	wantRec, errs := admitPod(slimView(want))
+	_, bookmark := want.Annotations[metav1.InitialEventsAnnotationKey]
+	switch g := got.(type) {
+	case *Pod:
+		if len(errs) > 0 || bookmark {
+			return fmt.Sprintf("decoded to a record, but the pod is not one to record (bookmark %v, errors %v)", bookmark, errs)
+		}
+		return cmp.Diff(wantRec, g)
+	case *corev1.Pod:
+		if len(errs) == 0 && !bookmark {
+			return "decoded to a corev1.Pod, but the pod is admitted: want its record"
+		}
+		return cmp.Diff(slimView(want), slimView(g))
+	default:
+		return fmt.Sprintf("decoded a %T", got)
+	}
+}
+
+// makeValid turns a random pod into one Admit accepts, keeping its
+// containers (their names, ports and restart policies random no more).
+func makeValid(pod *corev1.Pod, i int) {
+	pod.Name, pod.Namespace, pod.Spec.NodeName = fmt.Sprintf("p-%d", i), "ns", "node-1"
+	pod.Labels = map[string]string{"app": fmt.Sprintf("a%d", i%3)}
+	if i%4 == 0 {
+		pod.Labels = nil
+	}
+	pod.Annotations = nil
+	pod.Status.PodIP, pod.Status.PodIPs = fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), nil
+	always := corev1.ContainerRestartPolicyAlways
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for k := range cs {
+			cs[k].Ports = []corev1.ContainerPort{{Name: fmt.Sprintf("port-%d", k), ContainerPort: int32(1000 + k), Protocol: corev1.ProtocolTCP}}
+			cs[k].RestartPolicy = nil
+			if k%2 == 0 {
+				cs[k].RestartPolicy = &always
+			}
+		}
+	}
+}
+
 // TestSlimPodDecoderIsTheGenerated holds the slim decoder to the
 // generated one on random pods: what the daemon reads of each (trimPod's
 // fields, the WatchList annotation) is equal, and the slim pod holds
@@ -81,9 +128,13 @@ func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
 	slim := slimSerializer{protobufCodec}
 	seed := rand.Uint64()
 	f := randomPods(seed)
+	records := 0
 	for i := range 3000 {
 		var pod corev1.Pod
 		f.Fill(&pod)
+		if i%2 == 0 {
+			makeValid(&pod, i) // decoded to its record
+		}
 		pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
 		data := encodeProtobuf(t, &pod)
 
@@ -91,7 +142,8 @@ func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d, pod %d: the generated decoder: %v", seed, i, err)
 		}
-		// Decoded twice: into nothing, and into a pod already filled.
+		// Decoded twice: into nothing (a record, or a pod for the
+		// transform), and into a pod already filled.
 		got, gvk, err := slim.Decode(data, nil, nil)
 		if err != nil {
 			t.Fatalf("seed %d, pod %d: %v", seed, i, err)
@@ -99,12 +151,18 @@ func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
 		if *gvk != corev1.SchemeGroupVersion.WithKind("Pod") {
 			t.Fatalf("seed %d, pod %d: kind %v", seed, i, gvk)
 		}
+		wantPod := want.(*corev1.Pod)
+		if diff := sameSlimPod(wantPod, got); diff != "" {
+			t.Fatalf("seed %d, pod %d: the slim decoder differs (-generated +slim):\n%s", seed, i, diff)
+		}
+		if _, ok := got.(*Pod); ok {
+			records++
+		}
 		into := pod.DeepCopy()
 		if got2, _, err := slim.Decode(data, nil, into); err != nil || got2 != into {
 			t.Fatalf("seed %d, pod %d: decode into a pod: %v (%T)", seed, i, err, got2)
 		}
-		wantPod := want.(*corev1.Pod)
-		for _, got := range []*corev1.Pod{got.(*corev1.Pod), into} {
+		for _, got := range []*corev1.Pod{into} {
 			if diff := cmp.Diff(slimView(wantPod), slimView(got)); diff != "" {
 				t.Fatalf("seed %d, pod %d: the slim decoder differs (-generated +slim):\n%s", seed, i, diff)
 			}
@@ -116,6 +174,9 @@ func TestSlimPodDecoderIsTheGenerated(t *testing.T) {
 				t.Fatalf("seed %d, pod %d: the slim pod holds more than the daemon reads (-read +held):\n%s", seed, i, diff)
 			}
 		}
+	}
+	if records < 1000 || records == 3000 {
+		t.Fatalf("%d of 3000 pods decoded to records: the test compares one road only", records)
 	}
 }
 
@@ -277,11 +338,7 @@ func TestSlimPodDecoderMangled(t *testing.T) {
 		if gerr != nil {
 			t.Fatalf("seed %d, pod %d: the generated decoder reads it, the slim one: %v", seed, i, gerr)
 		}
-		gotPod, ok := got.(*corev1.Pod)
-		if !ok {
-			t.Fatalf("seed %d, pod %d: decoded a %T", seed, i, got)
-		}
-		if diff := cmp.Diff(slimView(wantPod), slimView(gotPod)); diff != "" {
+		if diff := sameSlimPod(wantPod, got); diff != "" {
 			t.Fatalf("seed %d, pod %d: the slim decoder differs (-generated +slim):\n%s", seed, i, diff)
 		}
 		agreed++
@@ -319,8 +376,9 @@ func TestSlimPodCodecs(t *testing.T) {
 			t.Error("the shared codec factory's stream serializer was changed")
 		}
 	}
-	// A watch event's pod reaches the reflector with its kind cleared, as
-	// the generated client's pods do.
+	// A watch event's pod reaches the reflector as its record when it is
+	// admitted, and otherwise with its kind cleared, as the generated
+	// client's pods do.
 	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: "7"}}
 	dec, _, _, err := runtime.NewClientNegotiator(codecs, corev1.SchemeGroupVersion).StreamDecoder(runtime.ContentTypeProtobuf, nil)
 	if err != nil {
@@ -330,8 +388,16 @@ func TestSlimPodCodecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := obj.(*corev1.Pod); got.Name != "p" || got.ResourceVersion != "7" || got.GetObjectKind().GroupVersionKind() != (schema.GroupVersionKind{}) {
-		t.Fatalf("decoded %+v", got)
+	if got, ok := obj.(*Pod); !ok || got.Name != "p" || got.Namespace != "default" || got.ResourceVersion != "7" {
+		t.Fatalf("decoded %T %+v, want the record of default/p", obj, obj)
+	}
+	pod.Name = "P_" // not a DNS subdomain: for the transform to refuse
+	obj, err = runtime.Decode(dec, encodeProtobuf(t, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := obj.(*corev1.Pod); !ok || got.Name != "P_" || got.ResourceVersion != "7" || got.GetObjectKind().GroupVersionKind() != (schema.GroupVersionKind{}) {
+		t.Fatalf("decoded %T %+v", obj, obj)
 	}
 }
 
@@ -567,6 +633,11 @@ func TestSlimWatchStreamIsTheGenerated(t *testing.T) {
 	for i := range 300 {
 		var pod corev1.Pod
 		f.Fill(&pod)
+		if i%2 == 0 {
+			// Decoded to records, which must share nothing with the
+			// scratch pod the next one is read into either.
+			makeValid(&pod, i)
+		}
 		pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
 		send([]string{"ADDED", "MODIFIED", "DELETED"}[i%3], &pod)
 	}
@@ -606,10 +677,13 @@ func TestSlimWatchStreamIsTheGenerated(t *testing.T) {
 			t.Fatalf("event %d: type %q, want %q", i, got[i].typ, want[i].typ)
 		}
 		w, g := want[i].obj, got[i].obj
+		var diff string
 		if wp, ok := w.(*corev1.Pod); ok {
-			w, g = slimView(wp), slimView(g.(*corev1.Pod))
+			diff = sameSlimPod(wp, g)
+		} else {
+			diff = cmp.Diff(w, g)
 		}
-		if diff := cmp.Diff(w, g); diff != "" {
+		if diff != "" {
 			t.Fatalf("seed %d, event %d (-generated +slim):\n%s", seed, i, diff)
 		}
 	}
