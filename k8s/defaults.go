@@ -169,7 +169,12 @@ func normalizePeers(peers []networkingv1.NetworkPolicyPeer) {
 // (only possible if validation was skipped).
 func canonicalIP(s string) string {
 	if a, err := netip.ParseAddr(s); err == nil {
-		return a.String()
+		// Almost every address is canonical already: keep s then,
+		// rather than a new string of the same bytes per pod.
+		var buf [64]byte
+		if c := a.AppendTo(buf[:0]); string(c) != s {
+			return string(c)
+		}
 	}
 	return s
 }

@@ -26,12 +26,12 @@ func r14Pod() *corev1.Pod {
 }
 
 // TestHostileRound14SlimMapEntryKeyTaggedEndGroup: slimdecode.go says
-// mapEntry "reads as that code does, quirks included, so that both read
+// mapEntryBytes "reads as that code does, quirks included, so that both read
 // the same of any bytes". The generated code reads a map entry's key (and
 // value) by field number alone, whatever the wire type, end-group (4)
 // included: metadata.labels' entry 0a 01 'a' 12 01 'b' with its first
 // byte 0x0c (field 1, wire type 4) is still the label a=b to it. The
-// slim decoder's protoReader.field refuses wire type 4 before mapEntry
+// slim decoder's protoReader.field refuses wire type 4 before mapEntryBytes
 // looks at the field number, and the whole pod fails to decode (in a
 // PodList, the whole list).
 //

@@ -99,15 +99,17 @@ func podPorts(p *corev1.Pod) []corev1.ContainerPort {
 	if len(ports) == 0 {
 		return nil
 	}
-	var key strings.Builder
+	key := keyBufs.Get().(*[]byte)
+	defer keyBufs.Put(key)
+	*key = (*key)[:0]
 	for _, cp := range ports {
-		keyPart(&key, cp.Name)
-		keyPart(&key, string(cp.Protocol))
-		keyPart(&key, strconv.Itoa(int(cp.ContainerPort)))
-		keyPart(&key, strconv.Itoa(int(cp.HostPort)))
-		keyPart(&key, cp.HostIP)
+		*key = keyPart(*key, cp.Name)
+		*key = keyPart(*key, string(cp.Protocol))
+		*key = keyPart(*key, strconv.Itoa(int(cp.ContainerPort)))
+		*key = keyPart(*key, strconv.Itoa(int(cp.HostPort)))
+		*key = keyPart(*key, cp.HostIP)
 	}
-	return portLists.get(key.String(), func() []corev1.ContainerPort {
+	return portLists.getBytes(*key, func() []corev1.ContainerPort {
 		for i := range ports {
 			ports[i].Name = intern(ports[i].Name)
 			ports[i].Protocol = corev1.Protocol(intern(string(ports[i].Protocol)))
@@ -140,11 +142,17 @@ func podIPs(p *corev1.Pod) []corev1.PodIP {
 // unique by construction, whatever bytes the strings hold (an object
 // that failed validation is recorded too, and a separator byte in one of
 // its labels could have spelled another pod's labels).
-func keyPart(b *strings.Builder, s string) {
-	b.WriteString(strconv.Itoa(len(s)))
-	b.WriteByte(':')
-	b.WriteString(s)
+func keyPart(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
 }
+
+// keyBufs hold interning keys while they are looked up: a table copies a
+// key only when it adds it, so the key of every pod's labels and ports,
+// built afresh for each pod, is not garbage each time (27 MB of a 150k-pod
+// list).
+var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // The process's interning tables. Two generations each (see internTable),
 // so that what no object holds any more is dropped in time.
@@ -163,6 +171,15 @@ func intern(s string) string {
 	return strs.get(s, func() string { return strings.Clone(s) })
 }
 
+// internBytes is intern for a string in bytes, which it copies only when
+// no object holds the string yet.
+func internBytes(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return strs.getBytes(b, func() string { return string(b) })
+}
+
 // internLabels returns labels equal to l, shared with every other object
 // whose labels are equal (read-only: see Pod).
 func internLabels(l map[string]string) map[string]string {
@@ -172,17 +189,20 @@ func internLabels(l map[string]string) map[string]string {
 	if len(l) == 0 {
 		return emptyLabel
 	}
-	keys := make([]string, 0, len(l))
+	var few [16]string // most pods' labels: no allocation
+	keys := few[:0]
 	for k := range l {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	var key strings.Builder
+	key := keyBufs.Get().(*[]byte)
+	defer keyBufs.Put(key)
+	*key = (*key)[:0]
 	for _, k := range keys {
-		keyPart(&key, k)
-		keyPart(&key, l[k])
+		*key = keyPart(*key, k)
+		*key = keyPart(*key, l[k])
 	}
-	return labelMaps.get(key.String(), func() map[string]string {
+	return labelMaps.getBytes(*key, func() map[string]string {
 		out := make(map[string]string, len(l))
 		for k, v := range l {
 			out[intern(k)] = intern(v)
@@ -224,12 +244,30 @@ func (t *internTable[T]) get(key string, make func() T) T {
 		return v
 	}
 	v, ok := t.prev[key]
-	if ok {
+	return t.keep(func() string { return strings.Clone(key) }, v, ok, make)
+}
+
+// getBytes is get for a key in bytes, which it only reads (a caller may
+// reuse them) and copies only to add it.
+func (t *internTable[T]) getBytes(key []byte, make func() T) T {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.cur[string(key)]; ok { // looked up without a copy
+		return v
+	}
+	v, ok := t.prev[string(key)]
+	return t.keep(func() string { return string(key) }, v, ok, make)
+}
+
+// keep adds to the current generation the value of a key it does not
+// hold: v from the previous generation when found there, else a new one.
+func (t *internTable[T]) keep(key func() string, v T, found bool, make func() T) T {
+	if found {
 		t.promoted++
 	} else {
 		v = make()
 	}
-	t.cur[strings.Clone(key)] = v
+	t.cur[key()] = v
 	if len(t.cur) >= t.turnAt {
 		t.turnAt = max(minGeneration, 2*t.promoted)
 		t.prev, t.cur, t.promoted = t.cur, map[string]T{}, 0

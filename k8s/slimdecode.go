@@ -374,7 +374,7 @@ func decodeSlimMeta(b []byte, m *metav1.ObjectMeta) error {
 		case 1:
 			m.Name, err = r.str()
 		case 3:
-			m.Namespace, err = r.str()
+			m.Namespace, err = r.internedStr()
 		case 5:
 			var uid string
 			uid, err = r.str()
@@ -389,20 +389,22 @@ func decodeSlimMeta(b []byte, m *metav1.ObjectMeta) error {
 			}
 			err = r.message(m.DeletionTimestamp.Unmarshal)
 		case 11:
-			var k, v string
-			if k, v, err = r.mapEntry(); err == nil {
+			var k, v []byte
+			if k, v, err = r.mapEntryBytes(); err == nil {
 				if m.Labels == nil {
 					m.Labels = map[string]string{}
 				}
-				m.Labels[k] = v
+				m.Labels[internBytes(k)] = internBytes(v)
 			}
 		case 12:
-			var k, v string
-			if k, v, err = r.mapEntry(); err == nil && k == metav1.InitialEventsAnnotationKey {
+			// Of the annotations (a pod may carry kilobytes of them),
+			// only the WatchList one is kept, and nothing else copied.
+			var k, v []byte
+			if k, v, err = r.mapEntryBytes(); err == nil && string(k) == metav1.InitialEventsAnnotationKey {
 				if m.Annotations == nil {
 					m.Annotations = map[string]string{}
 				}
-				m.Annotations[k] = v
+				m.Annotations[metav1.InitialEventsAnnotationKey] = string(v)
 			}
 		default:
 			err = r.skip(wire)
@@ -431,7 +433,7 @@ func decodeSlimSpec(b []byte, s *corev1.PodSpec) error {
 			s.InitContainers = append(s.InitContainers, corev1.Container{})
 			err = r.message(func(b []byte) error { return decodeSlimContainer(b, &s.InitContainers[len(s.InitContainers)-1]) })
 		case num == 10 && wire == wireBytes:
-			s.NodeName, err = r.str()
+			s.NodeName, err = r.internedStr()
 		case num == 11 && wire == wireVarint:
 			var v uint64
 			v, err = r.varint()
@@ -488,7 +490,7 @@ func decodeSlimStatus(b []byte, s *corev1.PodStatus) error {
 		switch {
 		case num == 1 && wire == wireBytes:
 			var phase string
-			phase, err = r.str()
+			phase, err = r.internedStr()
 			s.Phase = corev1.PodPhase(phase)
 		case num == 6 && wire == wireBytes:
 			s.PodIP, err = r.str()
@@ -592,32 +594,33 @@ func (r *protoReader) message(decode func([]byte) error) error {
 	return decode(b)
 }
 
-// mapEntry reads a map<string, string> entry (key = 1, value = 2); a
-// missing key or value is "", as in the generated code. It reads as that
-// code does, quirks included, so that both read the same of any bytes: a
-// key or value is read by its field number alone, whatever its wire type
-// (end-group included), and may run past the entry's end (not past the
-// message's), after which reading goes on at the entry's end.
-func (r *protoReader) mapEntry() (k, v string, err error) {
+// mapEntryBytes reads a map<string, string> entry (key = 1, value = 2),
+// its key and value not copied out of the message; a missing key or value
+// is empty ("" in the generated code). It reads as that code does, quirks
+// included, so that both read the same of any bytes: a key or value is
+// read by its field number alone, whatever its wire type (end-group
+// included), and may run past the entry's end (not past the message's),
+// after which reading goes on at the entry's end.
+func (r *protoReader) mapEntryBytes() (k, v []byte, err error) {
 	n, err := r.varint()
 	if err != nil {
-		return "", "", err
+		return nil, nil, err
 	}
 	if n > uint64(len(r.b)-r.i) {
-		return "", "", io.ErrUnexpectedEOF
+		return nil, nil, io.ErrUnexpectedEOF
 	}
 	end := r.i + int(n)
 	for r.i < end {
 		start := r.i
 		key, err := r.varint()
 		if err != nil {
-			return "", "", err
+			return nil, nil, err
 		}
 		switch int32(key >> 3) { // the generated code's field number
 		case 1:
-			k, err = r.str()
+			k, err = r.bytes()
 		case 2:
-			v, err = r.str()
+			v, err = r.bytes()
 		default:
 			r.i = start
 			err = r.skipField()
@@ -626,11 +629,19 @@ func (r *protoReader) mapEntry() (k, v string, err error) {
 			}
 		}
 		if err != nil {
-			return "", "", err
+			return nil, nil, err
 		}
 	}
 	r.i = end
 	return k, v, nil
+}
+
+// internedStr reads a string field as intern would hold it: a string
+// that repeats from pod to pod (a namespace, a node, a label) is then not
+// copied out of the message for each.
+func (r *protoReader) internedStr() (string, error) {
+	b, err := r.bytes()
+	return internBytes(b), err
 }
 
 // skipField skips a whole field, its key included, as the generated
