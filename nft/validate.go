@@ -55,7 +55,10 @@ func (s *Set) Validate() error {
 		proto Proto
 		port  uint16
 	}
-	seen := make(map[key]int, s.Len())
+	var seen map[key]int // for exact keys only: ranged sets are checked in order
+	if !s.ranged() {
+		seen = make(map[key]int, s.Len())
+	}
 	var prev Element
 	for i, e := range s.All() {
 		if !e.Addr.IsValid() || FamilyOf(e.Addr) != fam || e.Addr.Is4In6() {
