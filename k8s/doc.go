@@ -305,7 +305,10 @@
 // client NewSlimClient makes (InformerOptions.Slim): it reads from the
 // API server's protobuf only the fields the daemon keeps, and skips the
 // rest (managed fields, volumes, container statuses, a node's images)
-// unparsed. A node's status.addresses, which the API server does not
+// unparsed; a pod of a watch event that Admit accepts is decoded straight
+// to its record (the same one the transform makes), in a scratch pod
+// reused from pod to pod, and any other pod whole for the transform to
+// judge. A node's status.addresses, which the API server does not
 // check, are read as Kubernetes' components read them (readNodeAddresses),
 // so that one odd address never drops the whole node;
 // objects Admit rejects are logged and left out. Watch sends a snapshot

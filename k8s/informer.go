@@ -165,8 +165,16 @@ func NewInformers(client kubernetes.Interface, opts InformerOptions) *Informers 
 		// they can, a corev1.Pod where the transform must see one (see
 		// decodePodRecord), so the reflector must not drop either as of
 		// the wrong type: no example object. transform takes both, and a
-		// Snapshot reads only records.
+		// Snapshot reads only records. The link drops the other kinds, as
+		// the reflector does given an example object.
 		objs[1] = nil
+		links[1].accepts = func(o runtime.Object) bool {
+			switch o.(type) {
+			case *corev1.Pod, *Pod:
+				return true
+			}
+			return false
+		}
 	}
 	for i, l := range links {
 		l.in, l.resource, l.noWatchList = in, resources[i], noWatchList
@@ -679,6 +687,12 @@ type link struct {
 	list        cache.ListWithContextFunc
 	watch       cache.WatchFuncWithContext
 	noWatchList bool // a fake clientset: see watchlist.DoesClientNotSupportWatchListSemantics
+	// accepts, when set, is the check of an event's object type that the
+	// reflector makes when its informer has an example object, for the
+	// informer that has none (the slim pods, see NewInformers): an object
+	// of another kind, named as a pod is, would otherwise replace or
+	// delete that pod in the cache.
+	accepts func(runtime.Object) bool
 }
 
 // List implements cache.Lister (the reflector calls ListWithContext).
@@ -711,7 +725,12 @@ func (l *link) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (w
 		return w, err
 	}
 	streamingList := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-	return newObservedWatch(w, func(ev watch.Event) {
+	return newObservedWatch(w, func(ev watch.Event) bool {
+		if ev.Type != watch.Error && l.accepts != nil && !l.accepts(ev.Object) {
+			l.in.log.Warn("dropped a watch event whose object is of another kind",
+				zap.String("resource", l.resource), zap.String("event", string(ev.Type)), zap.String("type", fmt.Sprintf("%T", ev.Object)))
+			return false
+		}
 		switch ev.Type {
 		case watch.Error:
 			if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
@@ -726,6 +745,7 @@ func (l *link) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (w
 				l.in.health.recovered(l.in, l.resource)
 			}
 		}
+		return true
 	}), nil
 }
 
@@ -741,7 +761,7 @@ func (l *link) failed(ctx context.Context, err error) {
 }
 
 // An observedWatch passes the events of a watch on, calling see with each
-// before the reflector gets it.
+// before the reflector gets it; an event see returns false for is dropped.
 type observedWatch struct {
 	w    watch.Interface
 	out  chan watch.Event
@@ -749,7 +769,7 @@ type observedWatch struct {
 	once sync.Once
 }
 
-func newObservedWatch(w watch.Interface, see func(watch.Event)) watch.Interface {
+func newObservedWatch(w watch.Interface, see func(watch.Event) bool) watch.Interface {
 	o := &observedWatch{w: w, out: make(chan watch.Event), stop: make(chan struct{})}
 	go func() {
 		defer close(o.out)
@@ -759,7 +779,9 @@ func newObservedWatch(w watch.Interface, see func(watch.Event)) watch.Interface 
 				if !ok {
 					return
 				}
-				see(ev)
+				if !see(ev) {
+					continue
+				}
 				select {
 				case o.out <- ev:
 				case <-o.stop:
