@@ -99,17 +99,17 @@ func podPorts(p *corev1.Pod) []corev1.ContainerPort {
 	if len(ports) == 0 {
 		return nil
 	}
-	key := keyBufs.Get().(*[]byte)
-	defer keyBufs.Put(key)
-	*key = (*key)[:0]
-	for _, cp := range ports {
-		*key = keyPart(*key, cp.Name)
-		*key = keyPart(*key, string(cp.Protocol))
-		*key = keyPart(*key, strconv.Itoa(int(cp.ContainerPort)))
-		*key = keyPart(*key, strconv.Itoa(int(cp.HostPort)))
-		*key = keyPart(*key, cp.HostIP)
+	key := func(b []byte) []byte {
+		for _, cp := range ports {
+			b = keyPart(b, cp.Name)
+			b = keyPart(b, string(cp.Protocol))
+			b = keyPart(b, strconv.Itoa(int(cp.ContainerPort)))
+			b = keyPart(b, strconv.Itoa(int(cp.HostPort)))
+			b = keyPart(b, cp.HostIP)
+		}
+		return b
 	}
-	return portLists.getBytes(*key, func() []corev1.ContainerPort {
+	return internKeyed(portLists, key, func() []corev1.ContainerPort {
 		for i := range ports {
 			ports[i].Name = intern(ports[i].Name)
 			ports[i].Protocol = corev1.Protocol(intern(string(ports[i].Protocol)))
@@ -148,10 +148,18 @@ func keyPart(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// keyBufs hold interning keys while they are looked up: a table copies a
-// key only when it adds it, so the key of every pod's labels and ports,
-// built afresh for each pod, is not garbage each time (27 MB of a 150k-pod
-// list).
+// internKeyed returns t's value for the key build appends (with keyPart),
+// making it with make when t holds none. The key is built in a pooled
+// buffer, which t copies only when it adds the key: the key of every pod's
+// labels and ports, built afresh for each pod, was 27 MB of garbage in a
+// 150k-pod list.
+func internKeyed[T any](t *internTable[T], build func([]byte) []byte, make func() T) T {
+	key := keyBufs.Get().(*[]byte)
+	defer keyBufs.Put(key)
+	*key = build((*key)[:0])
+	return t.getBytes(*key, make)
+}
+
 var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // The process's interning tables. Two generations each (see internTable),
@@ -195,14 +203,14 @@ func internLabels(l map[string]string) map[string]string {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	key := keyBufs.Get().(*[]byte)
-	defer keyBufs.Put(key)
-	*key = (*key)[:0]
-	for _, k := range keys {
-		*key = keyPart(*key, k)
-		*key = keyPart(*key, l[k])
+	key := func(b []byte) []byte {
+		for _, k := range keys {
+			b = keyPart(b, k)
+			b = keyPart(b, l[k])
+		}
+		return b
 	}
-	return labelMaps.getBytes(*key, func() map[string]string {
+	return internKeyed(labelMaps, key, func() map[string]string {
 		out := make(map[string]string, len(l))
 		for k, v := range l {
 			out[intern(k)] = intern(v)
@@ -244,7 +252,7 @@ func (t *internTable[T]) get(key string, make func() T) T {
 		return v
 	}
 	v, ok := t.prev[key]
-	return t.keep(func() string { return strings.Clone(key) }, v, ok, make)
+	return t.keep(strings.Clone(key), v, ok, make)
 }
 
 // getBytes is get for a key in bytes, which it only reads (a caller may
@@ -256,18 +264,19 @@ func (t *internTable[T]) getBytes(key []byte, make func() T) T {
 		return v
 	}
 	v, ok := t.prev[string(key)]
-	return t.keep(func() string { return string(key) }, v, ok, make)
+	return t.keep(string(key), v, ok, make)
 }
 
-// keep adds to the current generation the value of a key it does not
-// hold: v from the previous generation when found there, else a new one.
-func (t *internTable[T]) keep(key func() string, v T, found bool, make func() T) T {
+// keep adds key, a copy the table may hold, to the current generation with
+// its value: v from the previous generation when found there, else a new
+// one.
+func (t *internTable[T]) keep(key string, v T, found bool, make func() T) T {
 	if found {
 		t.promoted++
 	} else {
 		v = make()
 	}
-	t.cur[key()] = v
+	t.cur[key] = v
 	if len(t.cur) >= t.turnAt {
 		t.turnAt = max(minGeneration, 2*t.promoted)
 		t.prev, t.cur, t.promoted = t.cur, map[string]T{}, 0

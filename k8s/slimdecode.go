@@ -105,8 +105,9 @@ func decodeSlim[T any, PT interface {
 	return t, true, decode(raw, t)
 }
 
-// decodePodRecord decodes a pod, as a watch event or a Get carries it,
-// straight into its record (*Pod), admitted as the informers' transform
+// decodePodRecord decodes a pod given nothing to decode into (a watch
+// event's object; a Get or a list decodes into its own type) straight
+// into its record (*Pod), admitted as the informers' transform
 // admits a corev1.Pod (admitPod): a corev1.Pod struct is 1,240 bytes
 // before its containers, and decoding each of a 150k-pod list into a new
 // one only to copy a quarter of it out was a third of what the daemon
