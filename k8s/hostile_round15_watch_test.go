@@ -213,10 +213,8 @@ func r15View(o runtime.Object) runtime.Object {
 		v.TypeMeta = metav1.TypeMeta{}
 		// The slim client decodes an admitted pod to its record (see
 		// sameSlimPod, which holds it to that).
-		if _, bookmark := v.Annotations[metav1.InitialEventsAnnotationKey]; !bookmark {
-			if rec, errs := admitPod(v.DeepCopy()); len(errs) == 0 {
-				return rec
-			}
+		if rec := recordOf(o); rec != nil {
+			return rec
 		}
 		return v
 	case *corev1.Node:

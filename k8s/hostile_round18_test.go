@@ -391,6 +391,21 @@ func r18Start(t testing.TB, ctx context.Context, ins ...*Informers) {
 	}
 }
 
+// r18StartBoth starts a slim and a stock informer on a, for the test's
+// lifetime, and returns them (and their logs) by name once both hold the
+// first list.
+func r18StartBoth(t testing.TB, a *r18API) (map[string]*Informers, map[string]*observer.ObservedLogs) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	slim, slimLogs := r18New(t, a, true)
+	stock, stockLogs := r18New(t, a, false)
+	r18Start(t, ctx, slim, stock)
+	ins := map[string]*Informers{"slim": slim, "stock": stock}
+	r18Converge(t, a, "first list", ins)
+	return ins, map[string]*observer.ObservedLogs{"slim": slimLogs, "stock": stockLogs}
+}
+
 // r18Want is what a Snapshot must hold of the API's pods and nodes: the
 // transform's record of each (the stock road), the invalid left out.
 func (a *r18API) want() (pods map[string]*Pod, nodes map[string]*corev1.Node) {
@@ -535,13 +550,7 @@ func TestHostileRound18WrongKindInPodWatch(t *testing.T) {
 	for i := range 6 {
 		a.put("pods", r18Pod("x", i))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	slim, _ := r18New(t, a, true)
-	stock, _ := r18New(t, a, false)
-	r18Start(t, ctx, slim, stock)
-	ins := map[string]*Informers{"slim": slim, "stock": stock}
-	r18Converge(t, a, "first list", ins)
+	ins, _ := r18StartBoth(t, a)
 
 	a.inject("pods", "MODIFIED", &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "p-1", Namespace: "x"}, Data: map[string]string{"a": "b"}})
 	a.inject("pods", "DELETED", &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p-2", Namespace: "x"}})
@@ -586,13 +595,7 @@ func TestHostileRound18ValidityFlips(t *testing.T) {
 			for i := range 3 {
 				a.put("nodes", r18Node(i))
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			t.Cleanup(cancel)
-			slim, slimLogs := r18New(t, a, true)
-			stock, stockLogs := r18New(t, a, false)
-			r18Start(t, ctx, slim, stock)
-			ins := map[string]*Informers{"slim": slim, "stock": stock}
-			r18Converge(t, a, "first list", ins)
+			ins, logsOf := r18StartBoth(t, a)
 
 			steps := []struct {
 				what    string
@@ -636,7 +639,7 @@ func TestHostileRound18ValidityFlips(t *testing.T) {
 			a.del("pods", "x/p-1")
 			a.del("pods", "x/p-3")
 			r18Converge(t, a, "deleted", ins)
-			for name, logs := range map[string]*observer.ObservedLogs{"slim": slimLogs, "stock": stockLogs} {
+			for name, logs := range logsOf {
 				n := logs.FilterMessage("skipped an API object").FilterField(zap.String("object", "Pod x/p-1")).Len()
 				if n != invalids {
 					for _, e := range logs.FilterField(zap.String("object", "Pod x/p-1")).All() {
