@@ -64,6 +64,11 @@ func (s *Set) Validate() error {
 		if !e.Addr.IsValid() || FamilyOf(e.Addr) != fam || e.Addr.Is4In6() {
 			return fmt.Errorf("element %d: address %v is not %s", i, e.Addr, fam.Keyword())
 		}
+		if e.Addr.Zone() != "" || e.Last.Zone() != "" {
+			// The kernel's key is the 16 bytes alone: fd00::1%a and
+			// fd00::1 would be one key twice.
+			return fmt.Errorf("element %d: address %v has a zone, which no set key holds", i, e.Addr)
+		}
 		if e.ProtoLast != 0 || e.PortLast != 0 {
 			return fmt.Errorf("element %d: a protocol or port range outside an address . protocol . port interval map", i)
 		}
